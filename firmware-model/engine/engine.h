@@ -1,0 +1,104 @@
+// The MetaRoCE transport engine: one RDMA NIC (one port) as a sans-IO state
+// machine. See docs/engine.md for the roles (requester, responder,
+// completer), reliability, multipath and congestion control, and
+// firmware-model/engine/hal.h for the boundary.
+//
+// Conventions: functions that can fail return 0 or a positive errno
+// (EINVAL, ENOMEM, EBUSY, ENOENT, EPERM, ...) as a verbs user expects.
+// Nothing here blocks; nothing here throws on the data path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "firmware-model/engine/hal.h"
+#include "firmware-model/engine/types.h"
+
+namespace metaroce::fw {
+
+struct EngineConfig {
+  DeviceCaps caps;
+  PortInfo port;
+  uint32_t num_paths = 4;            // path entropies sprayed over per QP
+  std::string congestion = "default";  // congestion-control algorithm name
+};
+
+// Counters by reason; every drop, reject and retry increments exactly one.
+struct Counters {
+  uint64_t tx_packets = 0, tx_bytes = 0, rx_packets = 0, rx_bytes = 0;
+  uint64_t rx_drop_parse = 0;          // frame/transport parse failure (incl. bad ICRC)
+  uint64_t rx_drop_bad_icrc = 0;
+  uint64_t rx_drop_unknown_qp = 0;
+  uint64_t rx_drop_qp_state = 0;       // QP not in a state that accepts this packet
+  uint64_t rx_drop_duplicate = 0;      // already-received PSN (re-acked, not re-placed)
+  uint64_t rx_drop_out_of_window = 0;  // PSN beyond the receive window
+  uint64_t rx_nak_access = 0;          // key/bounds/PD/access failure answered with NACK
+  uint64_t rx_nak_invalid = 0;
+  uint64_t rx_nak_rnr = 0;
+  uint64_t tx_retransmits = 0;         // packets retransmitted (fast + timeout)
+  uint64_t fast_retransmits = 0;
+  uint64_t timeouts = 0;               // retransmission timer expiries
+  uint64_t rnr_retries = 0;
+  uint64_t ecn_marks_seen = 0;
+  uint64_t atomic_replays = 0;         // duplicate atomics answered from the cache
+  uint64_t cq_overflows = 0;
+  uint64_t local_errors = 0;           // WRs completed with a local error
+};
+
+class Engine {
+ public:
+  Engine(const EngineConfig& config, Hal hal);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // ---- port ----
+  void set_port(const PortInfo& port);  // addresses/MTU/link changed
+  const PortInfo& port() const;
+  const DeviceCaps& caps() const;
+
+  // ---- objects ----
+  int create_pd(OwnerId owner, uint32_t* pdn);
+  int destroy_pd(OwnerId owner, uint32_t pdn);
+  int reg_mr(OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length, uint32_t access,
+             MrKeys* keys);
+  int dereg_mr(OwnerId owner, uint32_t lkey);
+  int create_cq(OwnerId owner, uint32_t cqe, uint32_t* cqn);
+  int destroy_cq(OwnerId owner, uint32_t cqn);
+  int create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCap* actual_cap);
+  int modify_qp(OwnerId owner, uint32_t qpn, const QpAttr& attr, uint32_t attr_mask);
+  int query_qp(OwnerId owner, uint32_t qpn, QpAttr* attr, QpInitAttr* init) const;
+  int destroy_qp(OwnerId owner, uint32_t qpn);
+  // Tear down everything `owner` created (its process exited). Its QPs'
+  // peers see errors through the normal retry path.
+  void destroy_owner(OwnerId owner);
+
+  // ---- doorbells (data path) ----
+  int post_send(OwnerId owner, uint32_t qpn, const SendWr& wr);
+  int post_recv(OwnerId owner, uint32_t qpn, const RecvWr& wr);
+
+  // ---- inputs ----
+  // A received Ethernet frame. ip_ecn is carried inside the frame; malformed
+  // frames are counted and dropped.
+  void on_frame(std::span<const uint8_t> frame);
+  // Run timers that are due; call when clock.now() >= next_deadline().
+  void on_timer();
+  Time next_deadline() const;
+  // Let requesters transmit what the congestion window allows. The host
+  // calls this after doorbells and received ACKs (cheap when idle).
+  void pump();
+
+  // ---- observability ----
+  const Counters& counters() const;
+  int qp_counters(uint32_t qpn, Counters* out) const;
+  std::vector<uint32_t> qp_numbers() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace metaroce::fw

@@ -1,0 +1,221 @@
+// Verbs-level object model of a MetaRoCE NIC, as the firmware sees it.
+//
+// The engine does not include <infiniband/verbs.h>: it is NIC firmware, not
+// host software. Enumerations that cross to the host keep the numeric values
+// of the verbs ABI (ibv_wc_status, ibv_wc_opcode, ibv_wr_opcode, ibv_qp_state,
+// ibv_access_flags, ibv_qp_attr_mask, ibv_event_type) so that the provider
+// passes them through unchanged; provider/ static_asserts each one.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "proto/packet.h"
+
+namespace metaroce::fw {
+
+using Time = uint64_t;  // nanoseconds; virtual in tests, CLOCK_MONOTONIC in the daemon
+inline constexpr Time kNever = ~Time{0};
+
+// Identity of the host process (address space) that owns objects and whose
+// memory MRs describe. The daemon uses one per client connection.
+using OwnerId = uint32_t;
+
+inline constexpr uint32_t kMaxSge = 16;
+inline constexpr uint32_t kMaxInline = 256;
+
+enum class QpState : uint8_t { kReset = 0, kInit = 1, kRtr = 2, kRts = 3, kSqd = 4, kSqe = 5, kErr = 6 };
+
+enum AccessFlag : uint32_t {  // ibv_access_flags
+  kAccessLocalWrite = 1,
+  kAccessRemoteWrite = 2,
+  kAccessRemoteRead = 4,
+  kAccessRemoteAtomic = 8,
+};
+
+enum QpAttrMask : uint32_t {  // ibv_qp_attr_mask
+  kAttrState = 1 << 0,
+  kAttrCurState = 1 << 1,
+  kAttrAccessFlags = 1 << 3,
+  kAttrPkeyIndex = 1 << 4,
+  kAttrPort = 1 << 5,
+  kAttrQkey = 1 << 6,
+  kAttrAv = 1 << 7,
+  kAttrPathMtu = 1 << 8,
+  kAttrTimeout = 1 << 9,
+  kAttrRetryCnt = 1 << 10,
+  kAttrRnrRetry = 1 << 11,
+  kAttrRqPsn = 1 << 12,
+  kAttrMaxQpRdAtomic = 1 << 13,
+  kAttrMinRnrTimer = 1 << 15,
+  kAttrSqPsn = 1 << 16,
+  kAttrMaxDestRdAtomic = 1 << 17,
+  kAttrCap = 1 << 19,
+  kAttrDestQpn = 1 << 20,
+};
+
+enum class WrOpcode : uint8_t {  // ibv_wr_opcode
+  kRdmaWrite = 0,
+  kRdmaWriteImm = 1,
+  kSend = 2,
+  kSendImm = 3,
+  kRdmaRead = 4,
+  kAtomicCmpSwap = 5,
+  kAtomicFetchAdd = 6,
+};
+
+enum SendFlag : uint32_t {  // ibv_send_flags
+  kSendFence = 1,
+  kSendSignaled = 2,
+  kSendSolicited = 4,
+  kSendInline = 8,
+};
+
+enum class WcStatus : uint8_t {  // ibv_wc_status
+  kSuccess = 0,
+  kLocLenErr = 1,
+  kLocQpOpErr = 2,
+  kLocEecOpErr = 3,
+  kLocProtErr = 4,
+  kWrFlushErr = 5,
+  kMwBindErr = 6,
+  kBadRespErr = 7,
+  kLocAccessErr = 8,
+  kRemInvReqErr = 9,
+  kRemAccessErr = 10,
+  kRemOpErr = 11,
+  kRetryExcErr = 12,
+  kRnrRetryExcErr = 13,
+  kGeneralErr = 21,
+};
+
+enum class WcOpcode : uint8_t {  // ibv_wc_opcode
+  kSend = 0,
+  kRdmaWrite = 1,
+  kRdmaRead = 2,
+  kCompSwap = 3,
+  kFetchAdd = 4,
+  kRecv = 128,
+  kRecvRdmaWithImm = 129,
+};
+
+enum WcFlag : uint32_t { kWcWithImm = 2 };  // ibv_wc_flags
+
+enum class EventType : uint8_t {  // ibv_event_type
+  kCqErr = 0,
+  kQpFatal = 1,
+  kQpReqErr = 2,
+  kQpAccessErr = 3,
+  kCommEst = 4,
+  kSqDrained = 5,
+  kPortActive = 9,
+  kPortErr = 10,
+  kDeviceFatal = 8,
+  kQpLastWqeReached = 16,
+};
+
+struct Sge {
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+struct SendWr {
+  uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::kSend;
+  uint32_t send_flags = 0;
+  uint32_t imm = 0;           // host order
+  uint64_t remote_addr = 0;   // RDMA and atomics
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;   // atomics: compare (CMP_SWAP) or addend (FETCH_ADD)
+  uint64_t swap = 0;          // CMP_SWAP
+  uint32_t num_sge = 0;
+  std::array<Sge, kMaxSge> sg{};
+  std::vector<uint8_t> inline_data;  // with kSendInline: the data itself
+};
+
+struct RecvWr {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  std::array<Sge, kMaxSge> sg{};
+};
+
+struct Completion {  // mirrors struct ibv_wc's fields the engine fills
+  uint64_t wr_id = 0;
+  WcStatus status = WcStatus::kSuccess;
+  WcOpcode opcode = WcOpcode::kSend;
+  uint32_t vendor_err = 0;
+  uint32_t byte_len = 0;
+  uint32_t imm = 0;       // host order
+  uint32_t qp_num = 0;
+  uint32_t src_qp = 0;
+  uint32_t wc_flags = 0;  // kWcWithImm
+};
+
+struct QpCap {
+  uint32_t max_send_wr = 0;
+  uint32_t max_recv_wr = 0;
+  uint32_t max_send_sge = 0;
+  uint32_t max_recv_sge = 0;
+  uint32_t max_inline_data = 0;
+};
+
+struct QpInitAttr {
+  uint32_t pdn = 0;
+  uint32_t send_cqn = 0;
+  uint32_t recv_cqn = 0;
+  QpCap cap;
+  bool sq_sig_all = false;
+};
+
+// Address vector: where the peer is. GIDs are RoCE v2 style (IPv4-mapped or
+// IPv6), so a GID is an IP address.
+struct AddressVector {
+  proto::IpAddr dgid;
+  uint8_t sgid_index = 0;
+  uint8_t hop_limit = 64;
+  uint8_t traffic_class = 0;  // DSCP << 2 | ECN bits ignored
+  uint32_t flow_label = 0;
+};
+
+struct QpAttr {
+  QpState qp_state = QpState::kReset;
+  QpState cur_qp_state = QpState::kReset;
+  uint32_t qp_access_flags = 0;
+  uint16_t pkey_index = 0;
+  uint8_t port_num = 1;
+  AddressVector av;
+  uint32_t path_mtu = 1024;  // bytes: 256, 512, 1024, 2048 or 4096
+  uint8_t timeout = 14;      // IB encoding: 4.096 us * 2^timeout, 0 = infinite
+  uint8_t retry_cnt = 7;
+  uint8_t rnr_retry = 7;     // 7 = infinite
+  uint8_t min_rnr_timer = 12;
+  uint32_t rq_psn = 0;
+  uint32_t sq_psn = 0;
+  uint8_t max_rd_atomic = 16;
+  uint8_t max_dest_rd_atomic = 16;
+  uint32_t dest_qp_num = 0;
+  QpCap cap;
+};
+
+struct MrKeys {
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+};
+
+struct DeviceCaps {
+  uint32_t max_qp = 4096;
+  uint32_t max_qp_wr = 4096;
+  uint32_t max_sge = kMaxSge;
+  uint32_t max_cq = 4096;
+  uint32_t max_cqe = 65536;
+  uint32_t max_mr = 65536;
+  uint64_t max_mr_size = uint64_t{1} << 40;
+  uint32_t max_pd = 4096;
+  uint32_t max_qp_rd_atom = 16;
+  uint32_t max_inline = kMaxInline;
+  uint32_t max_msg_size = 1u << 31;
+};
+
+}  // namespace metaroce::fw

@@ -1,0 +1,271 @@
+// MetaRoCE wire protocol v1: in-memory packet model, codec entry points.
+//
+// Normative specification: docs/protocol.md. Every field below is specified
+// there once; the section is named next to each struct. The codec never
+// casts buffers to structs: it reads and writes through the bounds-checked
+// Reader/Writer in proto/bytes.h, driven by the opcode table in
+// proto/opcode.h.
+//
+// Layout of a MetaRoCE packet inside UDP (destination port kUdpPort):
+//
+//   MBTH (24 B) | extension headers per opcode | payload | ICRC (4 B)
+//
+// All multi-byte fields are big-endian (network order).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+
+namespace metaroce::proto {
+
+// docs/protocol.md §2: UDP destination port. Not 4791 (RoCEv2) nor 4793 (UET).
+inline constexpr uint16_t kUdpPort = 4796;
+inline constexpr uint8_t kVersion = 1;
+inline constexpr size_t kMbthLen = 24;
+inline constexpr size_t kIcrcLen = 4;
+
+// docs/protocol.md §4. Adding an opcode: see the checklist in proto/opcode.h.
+enum class Opcode : uint8_t {
+  kSend = 0x01,
+  kSendImm = 0x02,
+  kWrite = 0x03,
+  kWriteImm = 0x04,
+  kReadReq = 0x05,
+  kReadResp = 0x06,
+  kAtomicCmpSwap = 0x07,
+  kAtomicFetchAdd = 0x08,
+  kAtomicResp = 0x09,
+  kAck = 0x10,
+  kNack = 0x11,
+  kProbe = 0x12,
+  kProbeReply = 0x13,
+};
+
+// MBTH flags (docs/protocol.md §3.1).
+enum MbthFlag : uint16_t {
+  kFlagSolicited = 1u << 0,   // SE: raise a solicited completion event
+  kFlagAckReq = 1u << 1,      // receiver should acknowledge immediately
+  kFlagRetransmit = 1u << 2,  // this packet is a retransmission
+  kFlagLast = 1u << 3,        // last packet (highest offset) of its message
+};
+
+// docs/protocol.md §3.1: MetaRoCE Base Transport Header, 24 bytes.
+//   0: version(4) | reserved(4)     1: opcode     2-3: flags
+//   4: path_id                       5-7: dest_qpn (24 bits)
+//   8-11: psn   12-15: msn   16-19: offset   20-23: timestamp
+struct Mbth {
+  uint8_t version = kVersion;
+  Opcode opcode = Opcode::kSend;
+  uint16_t flags = 0;
+  uint8_t path_id = 0;     // entropy index the sender used; echoed in ACKs
+  uint32_t dest_qpn = 0;   // 24 bits
+  uint32_t psn = 0;        // packet sequence number (32-bit serial arithmetic)
+  uint32_t msn = 0;        // message sequence number of the request
+  uint32_t offset = 0;     // byte offset of this payload within the message
+  uint32_t timestamp = 0;  // sender's clock, ns, truncated (echoed for RTT)
+  bool operator==(const Mbth&) const = default;
+};
+
+// docs/protocol.md §3.2: RDMA Extended Transport Header (WRITE*, READ_REQ).
+struct Reth {
+  uint64_t va = 0;      // start of the message's remote buffer
+  uint32_t rkey = 0;
+  uint32_t length = 0;  // total message length in bytes
+  bool operator==(const Reth&) const = default;
+};
+inline constexpr size_t kRethLen = 16;
+
+// docs/protocol.md §3.3: SEND Extended Transport Header (SEND*).
+struct Seth {
+  uint32_t length = 0;  // total message length in bytes
+  bool operator==(const Seth&) const = default;
+};
+inline constexpr size_t kSethLen = 4;
+
+inline constexpr size_t kImmLen = 4;  // §3.4 immediate data, network order
+
+// docs/protocol.md §3.5: Atomic Extended Transport Header.
+struct AtomicEth {
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint64_t swap_add = 0;  // swap value (CMP_SWAP) or addend (FETCH_ADD)
+  uint64_t compare = 0;   // compare value (CMP_SWAP), 0 for FETCH_ADD
+  bool operator==(const AtomicEth&) const = default;
+};
+inline constexpr size_t kAtomicEthLen = 28;
+
+// docs/protocol.md §3.6: Atomic response: the value before the operation.
+struct AtomicAckEth {
+  uint64_t original = 0;
+  bool operator==(const AtomicAckEth&) const = default;
+};
+inline constexpr size_t kAtomicAckEthLen = 8;
+
+// docs/protocol.md §3.7: Acknowledgement header (ACK). Selective ack:
+// bit i of sack (LSB = bit 0) set means PSN cum_psn + 1 + i was received.
+// cum_psn itself is the first PSN NOT yet received (all before it were).
+struct Ackh {
+  uint32_t cum_psn = 0;
+  uint64_t sack = 0;
+  uint32_t echo_ts = 0;    // timestamp of the packet that triggered this ACK
+  uint32_t credit = 0;     // receiver grant: packets the sender may have in flight
+  uint16_t ce_count = 0;   // ECN CE-marked packets since the previous ACK
+  uint8_t echo_path = 0;   // path_id of the triggering packet
+  uint8_t ack_flags = 0;   // bit0: triggering packet was CE-marked
+  uint32_t rcv_msn = 0;    // messages completed in order at the responder
+  bool operator==(const Ackh&) const = default;
+};
+inline constexpr size_t kAckhLen = 28;
+
+// docs/protocol.md §3.8: NACK reason codes.
+enum class NackReason : uint8_t {
+  kRnr = 1,                  // receiver not ready (no receive WQE)
+  kRemoteAccessError = 2,    // key, bounds, PD or access-flag check failed
+  kInvalidRequest = 3,       // malformed or unsupported request
+  kRemoteOperationError = 4, // responder could not perform the operation
+  kSequenceError = 5,        // PSN outside the receive window
+  kTrimmed = 6,              // payload trimmed by the fabric; header intact
+};
+
+struct Nackh {
+  NackReason reason = NackReason::kInvalidRequest;
+  uint8_t rnr_timer = 0;  // RNR: IB-encoded minimum RNR delay (0..31)
+  uint32_t psn = 0;       // the PSN being negatively acknowledged
+  bool operator==(const Nackh&) const = default;
+};
+inline constexpr size_t kNackhLen = 8;  // reason, rnr_timer, 2 reserved, psn
+
+// docs/protocol.md §3.9: keepalive / path probe.
+struct Probeh {
+  uint32_t nonce = 0;
+  uint32_t echo_ts = 0;  // PROBE_REPLY: the probe's timestamp
+  bool operator==(const Probeh&) const = default;
+};
+inline constexpr size_t kProbehLen = 8;
+
+// A parsed or to-be-built transport packet. Which members are meaningful is
+// decided by the opcode table (proto/opcode.h); the others stay defaulted.
+struct Packet {
+  Mbth mbth;
+  Reth reth;
+  Seth seth;
+  uint32_t imm = 0;  // host order here; network order on the wire
+  AtomicEth atomic;
+  AtomicAckEth atomic_ack;
+  Ackh ack;
+  Nackh nack;
+  Probeh probe;
+  std::span<const uint8_t> payload;  // borrowed from the parsed buffer
+};
+
+// What went wrong in a parse, and where (byte offset from the start of the
+// buffer handed to the parser).
+enum class ParseErrorCode : uint8_t {
+  kTruncated,       // buffer ends inside the named header
+  kBadVersion,      // MBTH version is not kVersion
+  kUnknownOpcode,   // opcode not in the table
+  kBadIcrc,         // CRC32C mismatch
+  kBadLength,       // payload length not allowed for this opcode
+  kNotIp,           // EtherType is neither IPv4 nor IPv6 (frame parser)
+  kBadIpHeader,     // IP version/IHL/length inconsistent
+  kNotUdp,          // IP protocol is not UDP
+  kWrongPort,       // UDP destination port is not kUdpPort
+  kBadUdpLength,    // UDP length inconsistent with the IP payload
+};
+
+struct ParseError {
+  ParseErrorCode code;
+  size_t offset;       // byte where the problem was found
+  const char* where;   // header or field name, e.g. "RETH", "MBTH.version"
+  std::string message() const;  // "truncated RETH at byte 28"
+  bool operator==(const ParseError& o) const {
+    return code == o.code && offset == o.offset && std::string(where) == o.where;
+  }
+};
+
+const char* to_string(ParseErrorCode code);
+const char* to_string(Opcode op);       // "SEND", "RDMA_WRITE_IMM", ...
+const char* to_string(NackReason r);
+
+// Result of a parse: a value or the precise error.
+template <class T>
+class Parsed {
+ public:
+  Parsed(T v) : v_(std::move(v)) {}                 // NOLINT: implicit by design
+  Parsed(ParseError e) : v_(e) {}                   // NOLINT
+  bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+  const T& value() const { return std::get<0>(v_); }
+  T& value() { return std::get<0>(v_); }
+  const ParseError& error() const { return std::get<1>(v_); }
+ private:
+  std::variant<T, ParseError> v_;
+};
+
+// ---- transport layer: MBTH .. ICRC (the UDP payload) ----
+
+// Header bytes (MBTH + extension headers) for this opcode.
+size_t header_length(Opcode op);
+// Total UDP payload length: headers + payload + ICRC.
+size_t transport_length(const Packet& p);
+// Writes the UDP payload of p into out (computes the ICRC). Returns bytes
+// written, or 0 if out is too small or the opcode is unknown.
+size_t build_transport(const Packet& p, std::span<uint8_t> out);
+// Parses a UDP payload. The ICRC is verified. payload borrows from bytes.
+Parsed<Packet> parse_transport(std::span<const uint8_t> bytes);
+
+// ---- full frames: Ethernet / IPv4 or IPv6 / UDP / MetaRoCE ----
+
+using MacAddr = std::array<uint8_t, 6>;
+
+// An IPv4 address is stored IPv4-mapped (::ffff:a.b.c.d), as in a RoCE v2
+// GID; is_v4() tells which IP header a frame carries.
+struct IpAddr {
+  std::array<uint8_t, 16> bytes{};
+  bool is_v4() const;
+  static IpAddr v4(uint32_t host_order);
+  uint32_t v4_host_order() const;
+  bool operator==(const IpAddr&) const = default;
+};
+
+// docs/protocol.md §2: encapsulation fields the sender chooses.
+struct FrameHeaders {
+  MacAddr dst_mac{};
+  MacAddr src_mac{};
+  IpAddr src_ip;
+  IpAddr dst_ip;
+  uint16_t src_port = 0xC000;  // path entropy (§2.2)
+  uint8_t dscp = 0;
+  uint8_t ecn = 0b10;          // ECT(0) (§2.3)
+  uint8_t ttl = 64;
+  bool operator==(const FrameHeaders&) const = default;
+};
+
+inline constexpr size_t kEthLen = 14;
+inline constexpr size_t kIpv4Len = 20;
+inline constexpr size_t kIpv6Len = 40;
+inline constexpr size_t kUdpLen = 8;
+
+// Bytes before the MetaRoCE MBTH for these headers (Ethernet+IP+UDP).
+size_t encap_length(const FrameHeaders& h);
+// Builds a whole frame. Returns bytes written, or 0 if out is too small.
+size_t build_frame(const FrameHeaders& h, const Packet& p, std::span<uint8_t> out);
+
+struct Frame {
+  FrameHeaders headers;  // ecn: the IP header's ECN bits as received
+  Packet packet;
+};
+Parsed<Frame> parse_frame(std::span<const uint8_t> bytes);
+
+// CRC32C (Castagnoli), as used for the ICRC (§5).
+uint32_t crc32c(std::span<const uint8_t> bytes, uint32_t crc = 0);
+
+// 32-bit serial-number arithmetic for PSNs and MSNs (RFC 1982 style).
+inline bool seq_lt(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
+inline bool seq_le(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) <= 0; }
+
+}  // namespace metaroce::proto
