@@ -1,0 +1,309 @@
+/*
+ * MetaRoCE device ABI: what host software (the rdma-core provider, tools)
+ * and the NIC (the soft-NIC daemon metaroced, or partner silicon) share.
+ * Specified in docs/device-abi.md; this header is its machine-readable form.
+ *
+ * C and C++ compatible, fixed-width fields, explicit padding, little-endian
+ * host order (it never crosses a wire). Changing any layout bumps
+ * MROCE_ABI_VERSION.
+ *
+ * Two parts:
+ *  1. The control protocol: SOCK_SEQPACKET Unix socket per device,
+ *     <run_dir>/<ibdev>.sock (default run_dir /run/metaroce). One request
+ *     message, one reply message, matched by seq. File descriptors travel
+ *     with SCM_RIGHTS.
+ *  2. The data path: shared-memory rings (memfd mapped by both sides).
+ *     Send/receive queues are produced by the application and consumed by
+ *     the NIC; completion queues the reverse.
+ */
+#ifndef METAROCE_UAPI_METAROCE_ABI_H
+#define METAROCE_UAPI_METAROCE_ABI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#define MROCE_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define MROCE_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+
+#define MROCE_ABI_VERSION 1
+#define MROCE_DEFAULT_RUN_DIR "/run/metaroce"
+#define MROCE_MAX_SGE 16
+#define MROCE_MAX_INLINE 256
+#define MROCE_REASON_LEN 120
+
+/* ---------------- control protocol ---------------- */
+
+enum mroce_op {
+  MROCE_OP_OPEN_CONTEXT = 1, /* reply carries fds: [doorbell eventfd, async event fd] */
+  MROCE_OP_QUERY_DEVICE = 2,
+  MROCE_OP_QUERY_PORT = 3,
+  MROCE_OP_ALLOC_PD = 4,
+  MROCE_OP_DEALLOC_PD = 5,
+  MROCE_OP_REG_MR = 6,
+  MROCE_OP_DEREG_MR = 7,
+  MROCE_OP_CREATE_CQ = 8,     /* request may carry 1 fd: completion channel notify fd */
+  MROCE_OP_DESTROY_CQ = 9,    /* reply to CREATE_CQ carries 1 fd: CQ ring memfd */
+  MROCE_OP_CREATE_QP = 10,    /* reply carries 1 fd: SQ+RQ ring memfd */
+  MROCE_OP_MODIFY_QP = 11,
+  MROCE_OP_QUERY_QP = 12,
+  MROCE_OP_DESTROY_QP = 13,
+  MROCE_OP_QUERY_COUNTERS = 14, /* device (qpn = 0xffffffff) or one QP */
+  MROCE_OP_LIST_QPS = 15,
+};
+
+struct mroce_msg_hdr {
+  uint16_t abi_version; /* MROCE_ABI_VERSION */
+  uint16_t op;          /* enum mroce_op; replies set the same op */
+  uint32_t seq;         /* chosen by the client, echoed in the reply */
+  uint32_t length;      /* bytes of the body following this header */
+  uint32_t reserved;
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_msg_hdr) == 16, "hdr");
+
+/* Every reply body starts with this; the op's reply body follows it. */
+struct mroce_reply_status {
+  int32_t err;                    /* 0 or a positive errno */
+  uint32_t reserved;
+  char reason[MROCE_REASON_LEN];  /* NUL-terminated, human-readable, "" on success */
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_reply_status) == 128, "status");
+
+struct mroce_open_context_req {
+  uint32_t client_abi; /* MROCE_ABI_VERSION */
+  uint32_t reserved;
+};
+
+struct mroce_device_attr {
+  uint64_t max_mr_size;
+  uint64_t node_guid;
+  uint32_t max_qp, max_qp_wr, max_sge, max_cq, max_cqe, max_mr, max_pd;
+  uint32_t max_qp_rd_atom, max_inline, max_msg_size;
+  uint32_t vendor_id, vendor_part_id, hw_ver;
+  uint32_t reserved;
+  char fw_ver[32];
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_device_attr) == 104, "device_attr");
+
+struct mroce_port_attr {
+  uint32_t state;        /* enum ibv_port_state: 4 ACTIVE, 1 DOWN */
+  uint32_t max_mtu;      /* enum ibv_mtu (1..5) */
+  uint32_t active_mtu;   /* enum ibv_mtu, from the interface MTU */
+  uint32_t gid_tbl_len;  /* equals the number of gids/I files published */
+  uint32_t ifindex;
+  uint32_t link_mtu;     /* IP MTU of the interface, bytes */
+  uint8_t active_speed, active_width, phys_state, reserved;
+  uint32_t reserved2;
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_port_attr) == 32, "port_attr");
+
+struct mroce_open_context_resp {
+  uint32_t ctx_id;
+  uint32_t doorbell_page_size;  /* not used in v1 (doorbells live in rings) */
+  struct mroce_device_attr device;
+  struct mroce_port_attr port;
+};
+
+struct mroce_handle_req { /* DEALLOC_PD, DEREG_MR (lkey), DESTROY_CQ, DESTROY_QP, QUERY_QP */
+  uint32_t handle;
+  uint32_t reserved;
+};
+
+struct mroce_alloc_pd_resp {
+  uint32_t pdn;
+  uint32_t reserved;
+};
+
+struct mroce_reg_mr_req {
+  uint64_t addr;
+  uint64_t length;
+  uint32_t pdn;
+  uint32_t access; /* ibv_access_flags */
+};
+struct mroce_reg_mr_resp {
+  uint32_t lkey;
+  uint32_t rkey;
+};
+
+struct mroce_create_cq_req {
+  uint64_t user_handle; /* struct ibv_cq *: written to the channel fd on events */
+  uint32_t cqe;         /* requested entries */
+  uint32_t has_channel; /* 1 if an fd accompanies the request */
+};
+struct mroce_create_cq_resp {
+  uint32_t cqn;
+  uint32_t entries;     /* ring entries (power of two >= requested) */
+  uint64_t ring_bytes;  /* size of the memfd to map */
+};
+
+struct mroce_qp_cap {
+  uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
+};
+
+struct mroce_create_qp_req {
+  uint64_t user_handle; /* struct ibv_qp *: element of async events */
+  uint32_t pdn, send_cqn, recv_cqn;
+  uint32_t sq_sig_all;
+  struct mroce_qp_cap cap;
+  uint32_t qp_type;     /* IBV_QPT_RC only in v1 */
+  uint32_t reserved;
+};
+struct mroce_create_qp_resp {
+  uint32_t qpn;
+  uint32_t reserved;
+  struct mroce_qp_cap cap;       /* actual */
+  uint32_t sq_entries, rq_entries; /* ring entries, powers of two */
+  uint64_t ring_bytes;           /* memfd size: SQ ring then RQ ring */
+  uint64_t rq_offset;            /* byte offset of the RQ ring header */
+};
+
+/* ibv_qp_attr subset, with GIDs as 16 raw bytes. */
+struct mroce_qp_attr {
+  uint32_t attr_mask;        /* ibv_qp_attr_mask */
+  uint32_t qp_state, cur_qp_state;
+  uint32_t path_mtu;         /* enum ibv_mtu (1..5) */
+  uint32_t qp_access_flags;
+  uint32_t rq_psn, sq_psn, dest_qp_num;
+  uint8_t dgid[16];
+  uint32_t flow_label;
+  uint8_t sgid_index, hop_limit, traffic_class, is_global;
+  uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer;
+  uint8_t max_rd_atomic, max_dest_rd_atomic, port_num, sq_draining;
+  uint16_t pkey_index;
+  uint16_t reserved;
+  struct mroce_qp_cap cap;
+  uint32_t reserved2;
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_qp_attr) == 92, "qp_attr");
+
+struct mroce_modify_qp_req {
+  uint32_t qpn;
+  uint32_t reserved;
+  struct mroce_qp_attr attr;
+};
+
+struct mroce_query_qp_resp {
+  struct mroce_qp_attr attr;
+  uint32_t sq_sig_all;
+  uint32_t reserved;
+};
+
+/* Named counters: QUERY_COUNTERS replies with n entries. */
+struct mroce_counter {
+  char name[40];
+  uint64_t value;
+};
+struct mroce_query_counters_req {
+  uint32_t qpn; /* 0xffffffff: device counters */
+  uint32_t reserved;
+};
+struct mroce_query_counters_resp {
+  uint32_t n;
+  uint32_t reserved;
+  /* struct mroce_counter counters[n] follows */
+};
+
+/* ---------------- shared-memory rings ----------------
+ *
+ * A ring is a header followed by `entries` slots of `entry_size` bytes,
+ * entries a power of two. Indices are free-running uint32 counters; slot =
+ * index & (entries - 1). The producer owns `producer`, the consumer owns
+ * `consumer`; each side only reads the other's.
+ *
+ * Memory ordering (as libxdp's xsk rings): the producer writes the slot,
+ * then store-RELEASEs producer. The consumer load-ACQUIREs producer, reads
+ * slots, then store-RELEASEs consumer; the producer load-ACQUIREs consumer
+ * before reusing a slot.
+ *
+ * Doorbells: after publishing producer on a SQ/RQ ring, the application
+ * loads (seq_cst) `nic_sleeping`; if non-zero it writes 1 to the context's
+ * doorbell eventfd. The NIC sets nic_sleeping (seq_cst) before its final
+ * scan and sleep, so a doorbell is never lost and costs no system call
+ * while the NIC is polling.
+ *
+ * Completion notification: the application writes `armed` (seq_cst) to
+ * MROCE_CQ_ARM_ANY or MROCE_CQ_ARM_SOLICITED; the NIC, after publishing a
+ * CQE that satisfies it, exchanges armed to 0 and writes the 8-byte
+ * user_handle record to the CQ's channel fd.
+ */
+struct mroce_ring_hdr {
+  uint32_t producer;   /* written by the producer only */
+  uint32_t pad0[15];
+  uint32_t consumer;   /* written by the consumer only */
+  uint32_t pad1[15];
+  uint32_t entries;    /* set by the NIC at creation, read-only after */
+  uint32_t entry_size;
+  uint32_t nic_sleeping; /* SQ/RQ: NIC is about to sleep (see doorbells) */
+  uint32_t armed;        /* CQ: enum mroce_cq_arm */
+  uint32_t overflow;     /* CQ: set by the NIC when a CQE could not be written */
+  uint32_t pad2[11];
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_ring_hdr) == 192, "ring hdr");
+
+enum mroce_cq_arm { MROCE_CQ_ARM_NONE = 0, MROCE_CQ_ARM_ANY = 1, MROCE_CQ_ARM_SOLICITED = 2 };
+
+struct mroce_sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+
+/* Send queue entry (posted by ibv_post_send). */
+struct mroce_send_wqe {
+  uint64_t wr_id;
+  uint8_t opcode;       /* enum ibv_wr_opcode */
+  uint8_t num_sge;
+  uint16_t inline_len;  /* with IBV_SEND_INLINE: bytes in inline_data */
+  uint32_t send_flags;  /* ibv_send_flags */
+  uint32_t imm;         /* host order */
+  uint32_t rkey;
+  uint64_t remote_addr;
+  uint64_t compare_add;
+  uint64_t swap;
+  uint64_t reserved[2];
+  union {
+    struct mroce_sge sg[MROCE_MAX_SGE];
+    uint8_t inline_data[MROCE_MAX_INLINE];
+  } u;
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_send_wqe) == 320, "send wqe");
+
+/* Receive queue entry (posted by ibv_post_recv). */
+struct mroce_recv_wqe {
+  uint64_t wr_id;
+  uint32_t num_sge;
+  uint32_t reserved;
+  struct mroce_sge sg[MROCE_MAX_SGE];
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_recv_wqe) == 272, "recv wqe");
+
+/* Completion queue entry: the fields of struct ibv_wc the NIC fills. */
+struct mroce_cqe {
+  uint64_t wr_id;
+  uint32_t status;     /* enum ibv_wc_status */
+  uint32_t opcode;     /* enum ibv_wc_opcode */
+  uint32_t vendor_err;
+  uint32_t byte_len;
+  uint32_t imm;        /* host order; the provider converts to network order */
+  uint32_t qp_num;
+  uint32_t src_qp;
+  uint32_t wc_flags;   /* ibv_wc_flags */
+  uint32_t reserved[6];
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_cqe) == 64, "cqe");
+
+/* Async event record written to the context's async fd (the layout of the
+ * kernel's struct ib_uverbs_async_event_desc, which libibverbs reads). */
+struct mroce_async_event {
+  uint64_t element;    /* user_handle of the QP/CQ, or port number */
+  uint32_t event_type; /* enum ibv_event_type */
+  uint32_t reserved;
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_async_event) == 16, "async event");
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* METAROCE_UAPI_METAROCE_ABI_H */
