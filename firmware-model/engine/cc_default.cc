@@ -1,0 +1,104 @@
+// Default congestion control: Swift-style delay target with DCTCP/DCQCN-style
+// ECN fraction, fast start to one BDP, pacing, receiver-credit cap.
+// docs/congestion.md §2.
+#include "firmware-model/engine/cc_default.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace metaroce::fw {
+
+DefaultCongestionControl::DefaultCongestionControl(const CongestionParams& p,
+                                                   const DefaultCcTuning& t)
+    : p_(p), t_(t) {
+  if (p_.mtu_bytes == 0) p_.mtu_bytes = 1024;
+  if (p_.link_bps == 0) p_.link_bps = 25'000'000'000;
+  if (p_.base_rtt == 0) p_.base_rtt = 10'000;
+  bdp_ = static_cast<double>(p_.link_bps) * static_cast<double>(p_.base_rtt) / 8e9;
+  bdp_ = std::max(bdp_, static_cast<double>(p_.mtu_bytes));
+  min_cwnd_ = t_.min_window_mtu * p_.mtu_bytes;
+  max_cwnd_ = std::max(t_.max_window_bdp * bdp_, 2.0 * p_.mtu_bytes);
+  cwnd_ = std::clamp(t_.init_window_bdp * bdp_, min_cwnd_, max_cwnd_);
+  srtt_ = static_cast<double>(p_.base_rtt);
+  target_ = static_cast<Time>(t_.target_delay_factor * static_cast<double>(p_.base_rtt) +
+                              t_.target_delay_extra_ns);
+}
+
+bool DefaultCongestionControl::can_decrease(Time now) const {
+  // At most one multiplicative decrease per smoothed RTT (Swift §3.1).
+  return !decreased_once_ || now >= last_decrease_ + static_cast<Time>(srtt_);
+}
+
+void DefaultCongestionControl::decrease(Time now, double factor) {
+  cwnd_ *= std::clamp(factor, 1.0 - t_.max_mdf, 1.0);
+  last_decrease_ = now;
+  decreased_once_ = true;
+  clamp();
+}
+
+void DefaultCongestionControl::clamp() { cwnd_ = std::clamp(cwnd_, min_cwnd_, max_cwnd_); }
+
+void DefaultCongestionControl::on_ack(const AckSample& s) {
+  credit_ = s.credit;
+  const double mtu = p_.mtu_bytes;
+  const double acked = static_cast<double>(s.newly_acked_bytes);
+  const double pkts = std::max(1.0, std::ceil(acked / mtu));
+  // CE fraction over packets, EWMA (DCTCP alpha; DCQCN's rate-based cousin).
+  const double ce = std::min(pkts, static_cast<double>(std::max<uint16_t>(s.ce_count, s.ce ? 1 : 0)));
+  alpha_ = (1 - t_.ecn_g) * alpha_ + t_.ecn_g * (ce / pkts);
+  if (s.rtt > 0) srtt_ = (1 - t_.srtt_g) * srtt_ + t_.srtt_g * static_cast<double>(s.rtt);
+
+  const bool over_delay = s.rtt > target_;
+  if (ce > 0 || over_delay) {
+    if (!can_decrease(s.now)) return;
+    double f = 1.0;
+    if (over_delay) {
+      const double d = static_cast<double>(s.rtt);
+      f = 1.0 - t_.delay_beta * (d - static_cast<double>(target_)) / d;
+    }
+    if (ce > 0) f = std::min(f, 1.0 - alpha_ / 2);
+    decrease(s.now, f);
+    return;
+  }
+  // Additive increase: ai MTUs per window's worth of acknowledged bytes; below
+  // one MTU the window grows by ai per ACK (Swift's fractional regime).
+  if (cwnd_ >= mtu) {
+    cwnd_ += t_.ai_mtu_per_rtt * mtu * acked / cwnd_;
+  } else {
+    cwnd_ += t_.ai_mtu_per_rtt * mtu * std::min(1.0, acked / mtu) * (cwnd_ / mtu);
+  }
+  clamp();
+}
+
+void DefaultCongestionControl::on_loss(Time now, uint64_t lost_bytes) {
+  if (lost_bytes == 0 || !can_decrease(now)) return;
+  decrease(now, 1.0 - t_.loss_md);
+}
+
+void DefaultCongestionControl::on_timeout(Time now) {
+  decrease(now, 1.0 - t_.timeout_md);
+}
+
+uint64_t DefaultCongestionControl::window_bytes() const {
+  // Never below one MTU: below that, pacing spaces the packets out.
+  double w = std::max(cwnd_, static_cast<double>(p_.mtu_bytes));
+  if (credit_ != 0) w = std::min(w, static_cast<double>(credit_) * p_.mtu_bytes);
+  return static_cast<uint64_t>(w);
+}
+
+Time DefaultCongestionControl::next_send_time(Time now, uint32_t bytes) {
+  if (next_send_ > now) return next_send_;
+  // This call commits the departure: the caller sends now.
+  double gap = 0;
+  if (t_.pacing_line_rate > 0) {
+    gap = static_cast<double>(bytes) * 8e9 /
+          (static_cast<double>(p_.link_bps) * t_.pacing_line_rate);
+  }
+  if (cwnd_ < p_.mtu_bytes) {  // sub-packet window: one packet per srtt*mtu/cwnd
+    gap = std::max(gap, static_cast<double>(bytes) * srtt_ / cwnd_);
+  }
+  next_send_ = now + static_cast<Time>(gap);
+  return now;
+}
+
+}  // namespace metaroce::fw

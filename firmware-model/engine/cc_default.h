@@ -1,0 +1,65 @@
+// The default congestion control ("default"): delay- and ECN-driven window
+// control for collective traffic (docs/congestion.md §2). Private to the
+// engine; reached through make_congestion_control().
+#pragma once
+
+#include <cstdint>
+
+#include "firmware-model/engine/congestion.h"
+
+namespace metaroce::fw {
+
+// Tuning of the default algorithm. Units in the names; defaults and the
+// reasoning for each are in docs/congestion.md §2.3.
+struct DefaultCcTuning {
+  double init_window_bdp = 1.0;     // fast start: initial window in BDPs
+  double max_window_bdp = 4.0;      // cap, in BDPs
+  double min_window_mtu = 0.05;     // floor, in MTUs (< 1: paced below 1 packet/RTT)
+  double ai_mtu_per_rtt = 1.0;      // additive increase per RTT, in MTUs
+  double target_delay_factor = 1.5; // target delay = factor * base_rtt
+  double target_delay_extra_ns = 2'000;  // + fixed headroom, ns
+  double delay_beta = 0.8;          // MD gain on (delay - target) / delay
+  double max_mdf = 0.5;             // largest single decrease (fraction)
+  double ecn_g = 1.0 / 16;          // EWMA gain of the CE fraction (DCTCP g)
+  double loss_md = 0.25;            // decrease on SACK-detected loss, once per RTT
+  double timeout_md = 0.5;          // decrease on retransmission timeout
+  double srtt_g = 1.0 / 8;          // EWMA gain of the smoothed RTT
+  double pacing_line_rate = 0;      // >0: also pace at this fraction of link_bps
+};
+
+class DefaultCongestionControl final : public CongestionControlInterface {
+ public:
+  DefaultCongestionControl(const CongestionParams& p, const DefaultCcTuning& t = {});
+  void on_ack(const AckSample& s) override;
+  void on_loss(Time now, uint64_t lost_bytes) override;
+  void on_timeout(Time now) override;
+  uint64_t window_bytes() const override;
+  Time next_send_time(Time now, uint32_t bytes) override;
+  const char* name() const override { return "default"; }
+
+  // Observability for tests and counters.
+  double cwnd_bytes() const { return cwnd_; }
+  double srtt_ns() const { return srtt_; }
+  double ce_alpha() const { return alpha_; }
+  Time target_delay() const { return target_; }
+
+ private:
+  bool can_decrease(Time now) const;
+  void decrease(Time now, double factor);
+  void clamp();
+
+  CongestionParams p_;
+  DefaultCcTuning t_;
+  double bdp_ = 0;      // bytes
+  double cwnd_ = 0;     // bytes; may be below one MTU (then paced)
+  double min_cwnd_ = 0, max_cwnd_ = 0;
+  double srtt_ = 0;     // ns
+  double alpha_ = 0;    // EWMA of the CE-marked fraction of packets
+  Time target_ = 0;     // ns
+  Time last_decrease_ = 0;
+  bool decreased_once_ = false;
+  uint32_t credit_ = 0;  // latest receiver grant in packets; 0 = no limit
+  Time next_send_ = 0;   // pacing clock
+};
+
+}  // namespace metaroce::fw

@@ -1,0 +1,144 @@
+// Unit tests of the default congestion control and receiver credit
+// (cc_default.cc, receiver_credit.cc, congestion.cc factories).
+#include <doctest/doctest.h>
+
+#include "firmware-model/engine/cc_default.h"
+#include "firmware-model/engine/congestion.h"
+#include "firmware-model/engine/receiver_credit.h"
+
+namespace metaroce::fw {
+namespace {
+
+CongestionParams params() {
+  CongestionParams p;
+  p.mtu_bytes = 1000;
+  p.link_bps = 8'000'000'000;  // 1 byte/ns
+  p.base_rtt = 10'000;         // BDP = 10,000 bytes = 10 MTUs
+  return p;
+}
+
+AckSample ack(Time now, uint64_t bytes, Time rtt, uint16_t ce = 0) {
+  AckSample s;
+  s.now = now;
+  s.newly_acked_bytes = bytes;
+  s.rtt = rtt;
+  s.ce_count = ce;
+  s.ce = ce > 0;
+  return s;
+}
+
+TEST_CASE("make_congestion_control__default_and_unknown") {
+  auto cc = make_congestion_control("default", params());
+  REQUIRE(cc);
+  CHECK(std::string(cc->name()) == "default");
+  CHECK(make_congestion_control("nope", params()) == nullptr);
+  CHECK(make_path_selector(4, 1)->num_paths() == 4);
+  CHECK(make_receiver_credit(params()) != nullptr);
+}
+
+TEST_CASE("default_cc__fast_start_to_one_bdp") {
+  DefaultCongestionControl cc(params());
+  CHECK(cc.window_bytes() == 10'000);
+}
+
+TEST_CASE("default_cc__additive_increase_one_mtu_per_window_below_target") {
+  DefaultCongestionControl cc(params());
+  const double w0 = cc.cwnd_bytes();
+  // One window's worth of ACKs at base RTT: +1 MTU.
+  for (int i = 0; i < 10; ++i) cc.on_ack(ack(1000 * i, 1000, 10'000));
+  CHECK(cc.cwnd_bytes() == doctest::Approx(w0 + 1000).epsilon(0.02));
+}
+
+TEST_CASE("default_cc__delay_over_target_decreases_once_per_rtt") {
+  DefaultCongestionControl cc(params());
+  const double w0 = cc.cwnd_bytes();
+  const Time rtt = 2 * cc.target_delay();
+  cc.on_ack(ack(100, 1000, rtt));
+  const double w1 = cc.cwnd_bytes();
+  CHECK(w1 < w0);
+  CHECK(w1 >= w0 * 0.5);  // max_mdf
+  cc.on_ack(ack(200, 1000, rtt));  // same RTT: no second decrease
+  CHECK(cc.cwnd_bytes() == w1);
+  cc.on_ack(ack(100 + 100'000, 1000, rtt));
+  CHECK(cc.cwnd_bytes() < w1);
+}
+
+TEST_CASE("default_cc__ce_marks_decrease_by_alpha") {
+  DefaultCongestionControl cc(params());
+  const double w0 = cc.cwnd_bytes();
+  cc.on_ack(ack(100, 1000, 10'000, 1));
+  CHECK(cc.ce_alpha() > 0);
+  CHECK(cc.cwnd_bytes() < w0);
+  CHECK(cc.cwnd_bytes() > w0 * 0.9);  // alpha starts small (DCTCP g = 1/16)
+}
+
+TEST_CASE("default_cc__loss_and_timeout_decrease_never_below_floor") {
+  DefaultCongestionControl cc(params());
+  for (int i = 0; i < 200; ++i) cc.on_timeout(1'000'000 * i);
+  CHECK(cc.cwnd_bytes() == doctest::Approx(0.05 * 1000));
+  CHECK(cc.window_bytes() == 1000);  // never below one MTU: pacing takes over
+  cc.on_loss(500'000'000, 0);        // zero lost bytes: nothing
+  CHECK(cc.cwnd_bytes() == doctest::Approx(50));
+}
+
+TEST_CASE("default_cc__sub_mtu_window_is_paced") {
+  DefaultCongestionControl cc(params());
+  for (int i = 0; i < 200; ++i) cc.on_timeout(1'000'000 * i);
+  const Time t0 = 1'000'000'000;
+  CHECK(cc.next_send_time(t0, 1000) == t0);  // first packet leaves now
+  const Time t1 = cc.next_send_time(t0, 1000);
+  // cwnd = 50 B, srtt ~ 10 us: one 1000 B packet per 200 us.
+  CHECK(t1 > t0 + 100'000);
+  CHECK(cc.next_send_time(t1, 1000) == t1);
+}
+
+TEST_CASE("default_cc__full_window_not_paced") {
+  DefaultCongestionControl cc(params());
+  CHECK(cc.next_send_time(5, 1000) == 5);
+  CHECK(cc.next_send_time(5, 1000) == 5);
+}
+
+TEST_CASE("default_cc__receiver_credit_caps_window") {
+  DefaultCongestionControl cc(params());
+  AckSample s = ack(100, 1000, 10'000);
+  s.credit = 3;
+  cc.on_ack(s);
+  CHECK(cc.window_bytes() == 3000);
+  s.credit = 0;
+  s.now = 200;
+  cc.on_ack(s);
+  CHECK(cc.window_bytes() > 3000);
+}
+
+TEST_CASE("default_cc__window_capped_at_max") {
+  DefaultCongestionControl cc(params());
+  for (int i = 0; i < 100'000; ++i) cc.on_ack(ack(i, 1000, 10'000));
+  CHECK(cc.window_bytes() == 40'000);  // 4 BDPs
+}
+
+TEST_CASE("receiver_credit__divides_pool_among_active_senders") {
+  ReceiverCredit rc(params());  // pool 1.5 BDP = 15 packets
+  CHECK(rc.grant(1, 0, false) == 15);
+  for (uint32_t q = 2; q <= 5; ++q) rc.grant(q, 10, false);
+  CHECK(rc.active_senders(20) == 5);
+  CHECK(rc.grant(1, 20, false) == 3);
+}
+
+TEST_CASE("receiver_credit__idle_senders_expire_and_forget") {
+  ReceiverCredit rc(params());
+  for (uint32_t q = 1; q <= 4; ++q) rc.grant(q, 0, false);
+  CHECK(rc.active_senders(1) == 4);
+  rc.forget(4);
+  CHECK(rc.grant(1, 1'000'000, false) == 15);  // the others went idle
+}
+
+TEST_CASE("receiver_credit__ce_shrinks_pool_to_floor_min_one") {
+  ReceiverCredit rc(params());
+  for (int i = 0; i < 1000; ++i) rc.grant(1, i, true);
+  CHECK(rc.pool_packets() == doctest::Approx(5));
+  for (uint32_t q = 2; q <= 32; ++q) rc.grant(q, 1000, true);
+  CHECK(rc.grant(1, 1001, true) == 1);  // min_grant
+}
+
+}  // namespace
+}  // namespace metaroce::fw
