@@ -175,8 +175,13 @@ enum class ParseErrorCode : uint8_t {
   kNotUdp,          // IP protocol is not UDP
   kWrongPort,       // UDP destination port is not kUdpPort
   kBadUdpLength,    // UDP length inconsistent with the IP payload
+  kBadUdpChecksum,  // UDP checksum wrong (IPv4: nonzero and wrong; IPv6: zero or wrong)
 };
 
+// For kTruncated, offset is the first byte that is missing (the buffer's or
+// the UDP datagram's length) and where names the header it falls in:
+// "Ethernet", "VLAN", "IPv4", "IPv6", "UDP", "MBTH", an extension header
+// ("RETH", ...), "payload" or "ICRC".
 struct ParseError {
   ParseErrorCode code;
   size_t offset;       // byte where the problem was found
@@ -260,6 +265,14 @@ struct Frame {
   Packet packet;
 };
 Parsed<Frame> parse_frame(std::span<const uint8_t> bytes);
+
+// One line naming the opcode and the fields its headers carry, e.g.
+// "RDMA_WRITE qpn=0x000012 psn=5 msn=2 off=0 flags=0x8 path=3 ts=0
+// reth.va=0x1000 reth.rkey=0x42 reth.length=4096 payload=4096B".
+std::string to_string(const Packet& p);
+// True if both packets carry the same header fields and payload bytes
+// (payload compared by content, not by address).
+bool operator==(const Packet& a, const Packet& b);
 
 // CRC32C (Castagnoli), as used for the ICRC (§5).
 uint32_t crc32c(std::span<const uint8_t> bytes, uint32_t crc = 0);
