@@ -1,0 +1,44 @@
+// Seeded pseudo-random numbers for the test network (xoshiro256**, seeded
+// through splitmix64). One instance per Network: every random choice of a run
+// comes from it, in event order, so a seed reproduces a run exactly.
+#pragma once
+
+#include <cstdint>
+
+namespace metaroce::simnet {
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) {
+    for (auto& s : s_) s = splitmix(seed);
+  }
+  uint64_t next() {
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  // Uniform in [0, 1).
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  bool chance(double p) { return p > 0 && uniform() < p; }
+  // Uniform in [0, n); n > 0.
+  uint64_t below(uint64_t n) { return n ? next() % n : 0; }
+
+  static uint64_t splitmix(uint64_t& x) {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+}  // namespace metaroce::simnet
