@@ -1,0 +1,851 @@
+#include "firmware-model/daemon/device.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace metaroce::daemon {
+namespace {
+
+template <class T>
+bool decode(std::span<const uint8_t> body, T* out) {
+  if (body.size() != sizeof(T)) return false;
+  std::memcpy(out, body.data(), sizeof(T));
+  return true;
+}
+
+template <class T>
+void encode(const T& v, std::vector<uint8_t>* body) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  body->insert(body->end(), p, p + sizeof(T));
+}
+
+// enum ibv_mtu <-> bytes.
+uint32_t mtu_bytes(uint32_t ibv_mtu) {
+  return ibv_mtu >= 1 && ibv_mtu <= 5 ? 128u << ibv_mtu : 0;
+}
+uint32_t ibv_mtu_for(uint32_t bytes) {
+  uint32_t e = 1;
+  while (e < 5 && (128u << (e + 1)) <= bytes) e++;
+  return e;
+}
+
+// Largest RDMA MTU whose packets fit the link's IP MTU: IPv6 + UDP + MBTH +
+// RETH + IMM + ICRC is the worst case.
+uint32_t active_ibv_mtu(uint32_t link_mtu) {
+  size_t overhead = proto::kIpv6Len + proto::kUdpLen + proto::kMbthLen + proto::kRethLen +
+                    proto::kImmLen + proto::kIcrcLen;
+  uint32_t room = link_mtu > overhead ? link_mtu - static_cast<uint32_t>(overhead) : 0;
+  if (room < 256) return 1;
+  return ibv_mtu_for(room);
+}
+
+fw::QpCap to_fw(const mroce_qp_cap& c) {
+  return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
+}
+mroce_qp_cap to_abi(const fw::QpCap& c) {
+  return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
+}
+
+fw::QpAttr to_fw(const mroce_qp_attr& a) {
+  fw::QpAttr q;
+  q.qp_state = static_cast<fw::QpState>(a.qp_state);
+  q.cur_qp_state = static_cast<fw::QpState>(a.cur_qp_state);
+  q.qp_access_flags = a.qp_access_flags;
+  q.pkey_index = a.pkey_index;
+  q.port_num = a.port_num;
+  std::memcpy(q.av.dgid.bytes.data(), a.dgid, 16);
+  q.av.sgid_index = a.sgid_index;
+  q.av.hop_limit = a.hop_limit;
+  q.av.traffic_class = a.traffic_class;
+  q.av.flow_label = a.flow_label;
+  q.path_mtu = mtu_bytes(a.path_mtu);
+  q.timeout = a.timeout;
+  q.retry_cnt = a.retry_cnt;
+  q.rnr_retry = a.rnr_retry;
+  q.min_rnr_timer = a.min_rnr_timer;
+  q.rq_psn = a.rq_psn;
+  q.sq_psn = a.sq_psn;
+  q.max_rd_atomic = a.max_rd_atomic;
+  q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  q.dest_qp_num = a.dest_qp_num;
+  q.cap = to_fw(a.cap);
+  return q;
+}
+
+mroce_qp_attr to_abi(const fw::QpAttr& q) {
+  mroce_qp_attr a{};
+  a.qp_state = static_cast<uint32_t>(q.qp_state);
+  a.cur_qp_state = static_cast<uint32_t>(q.cur_qp_state);
+  a.qp_access_flags = q.qp_access_flags;
+  a.pkey_index = q.pkey_index;
+  a.port_num = q.port_num;
+  std::memcpy(a.dgid, q.av.dgid.bytes.data(), 16);
+  a.sgid_index = q.av.sgid_index;
+  a.hop_limit = q.av.hop_limit;
+  a.traffic_class = q.av.traffic_class;
+  a.flow_label = q.av.flow_label;
+  a.is_global = 1;
+  a.path_mtu = q.path_mtu ? ibv_mtu_for(q.path_mtu) : 0;
+  a.timeout = q.timeout;
+  a.retry_cnt = q.retry_cnt;
+  a.rnr_retry = q.rnr_retry;
+  a.min_rnr_timer = q.min_rnr_timer;
+  a.rq_psn = q.rq_psn;
+  a.sq_psn = q.sq_psn;
+  a.max_rd_atomic = q.max_rd_atomic;
+  a.max_dest_rd_atomic = q.max_dest_rd_atomic;
+  a.dest_qp_num = q.dest_qp_num;
+  a.cap = to_abi(q.cap);
+  return a;
+}
+
+void add_counters(const fw::Counters& c, std::vector<mroce_counter>* out) {
+  auto add = [&](const char* name, uint64_t v) {
+    mroce_counter m{};
+    std::strncpy(m.name, name, sizeof(m.name) - 1);
+    m.value = v;
+    out->push_back(m);
+  };
+#define MROCE_COUNTER(f) add(#f, c.f)
+  MROCE_COUNTER(tx_packets);
+  MROCE_COUNTER(tx_bytes);
+  MROCE_COUNTER(rx_packets);
+  MROCE_COUNTER(rx_bytes);
+  MROCE_COUNTER(rx_drop_parse);
+  MROCE_COUNTER(rx_drop_bad_icrc);
+  MROCE_COUNTER(rx_drop_unknown_qp);
+  MROCE_COUNTER(rx_drop_qp_state);
+  MROCE_COUNTER(rx_drop_duplicate);
+  MROCE_COUNTER(rx_drop_out_of_window);
+  MROCE_COUNTER(rx_nak_access);
+  MROCE_COUNTER(rx_nak_invalid);
+  MROCE_COUNTER(rx_nak_rnr);
+  MROCE_COUNTER(tx_retransmits);
+  MROCE_COUNTER(fast_retransmits);
+  MROCE_COUNTER(timeouts);
+  MROCE_COUNTER(rnr_retries);
+  MROCE_COUNTER(ecn_marks_seen);
+  MROCE_COUNTER(atomic_replays);
+  MROCE_COUNTER(cq_overflows);
+  MROCE_COUNTER(local_errors);
+#undef MROCE_COUNTER
+}
+
+}  // namespace
+
+Device::Device(const DeviceConfig& config, io::PacketIo* io, LinkInterface* link, int doorbell_fd)
+    : config_(config),
+      io_(io),
+      link_(link),
+      doorbell_fd_(doorbell_fd),
+      rng_(std::random_device{}()),
+      dma_([this](fw::OwnerId o) {
+        auto it = clients_.find(o);
+        return it == clients_.end() ? pid_t{-1} : it->second.pid;
+      }) {
+  engine_ = std::make_unique<fw::Engine>(
+      config_.engine, fw::Hal{*this, *this, dma_, *this, *this});
+  rx_batch_.resize(64);
+}
+
+Device::~Device() {
+  std::vector<fw::OwnerId> ids;
+  for (auto& [id, c] : clients_) ids.push_back(id);
+  for (auto id : ids) close_client(id);
+}
+
+fw::Time Device::now() const {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<fw::Time>(ts.tv_sec) * 1'000'000'000 + static_cast<fw::Time>(ts.tv_nsec);
+}
+
+// ---------------- clients ----------------
+
+Device::Client* Device::open_client(pid_t pid, uid_t uid, int async_fd) {
+  fw::OwnerId id = next_client_++;
+  Client& c = clients_[id];
+  c.id = id;
+  c.pid = pid;
+  c.uid = uid;
+  c.async_fd = async_fd;
+  counters_.clients_opened++;
+  return &c;
+}
+
+void Device::close_client(fw::OwnerId id) {
+  auto it = clients_.find(id);
+  if (it == clients_.end()) return;
+  Client& c = it->second;
+  // Data the engine already accepted for other clients is unaffected; this
+  // client's QPs vanish, so their peers run into retry exhaustion.
+  dma_.flush();
+  engine_->destroy_owner(id);
+  for (uint32_t qpn : c.qps) qps_.erase(qpn);
+  for (uint32_t cqn : c.cqs) {
+    auto cq = cqs_.find(cqn);
+    if (cq != cqs_.end() && cq->second.channel_fd >= 0) close(cq->second.channel_fd);
+    cqs_.erase(cqn);
+  }
+  if (c.async_fd >= 0) close(c.async_fd);
+  dma_.forget(id);
+  clients_.erase(it);
+  counters_.clients_closed++;
+}
+
+void Device::handle(Client& c, const Request& req, Reply* out) {
+  counters_.ctrl_requests++;
+  int err = EOPNOTSUPP;
+  switch (req.op) {
+    case MROCE_OP_OPEN_CONTEXT: err = op_open(c, req, out); break;
+    case MROCE_OP_QUERY_DEVICE: {
+      encode(device_attr(), &out->body);
+      err = 0;
+      break;
+    }
+    case MROCE_OP_QUERY_PORT: err = op_query_port(c, req, out); break;
+    case MROCE_OP_ALLOC_PD: err = op_alloc_pd(c, req, out); break;
+    case MROCE_OP_DEALLOC_PD: err = op_dealloc_pd(c, req, out); break;
+    case MROCE_OP_REG_MR: err = op_reg_mr(c, req, out); break;
+    case MROCE_OP_DEREG_MR: err = op_dereg_mr(c, req, out); break;
+    case MROCE_OP_CREATE_CQ: err = op_create_cq(c, req, out); break;
+    case MROCE_OP_DESTROY_CQ: err = op_destroy_cq(c, req, out); break;
+    case MROCE_OP_CREATE_QP: err = op_create_qp(c, req, out); break;
+    case MROCE_OP_MODIFY_QP: err = op_modify_qp(c, req, out); break;
+    case MROCE_OP_QUERY_QP: err = op_query_qp(c, req, out); break;
+    case MROCE_OP_DESTROY_QP: err = op_destroy_qp(c, req, out); break;
+    case MROCE_OP_QUERY_COUNTERS: err = op_query_counters(c, req, out); break;
+    case MROCE_OP_LIST_QPS: err = op_list_qps(c, req, out); break;
+    default:
+      out->reason = "unknown control operation " + std::to_string(req.op);
+      counters_.ctrl_malformed++;
+      break;
+  }
+  if (err) {
+    counters_.ctrl_errors++;
+    out->body.clear();
+    for (int fd : out->fds) close(fd);
+    out->fds.clear();
+    if (out->reason.empty()) out->reason = std::strerror(err);
+  }
+  out->err = err;
+}
+
+#define MROCE_DECODE(T, var)                                                  \
+  T var{};                                                                    \
+  if (!decode(r.body, &var)) {                                                \
+    counters_.ctrl_malformed++;                                               \
+    out->reason = "malformed " #T ": body of " + std::to_string(r.body.size()) + \
+                  " bytes, expected " + std::to_string(sizeof(T));            \
+    return EINVAL;                                                            \
+  }
+
+mroce_device_attr Device::device_attr() const {
+  const fw::DeviceCaps& caps = engine_->caps();
+  mroce_device_attr a{};
+  a.max_mr_size = caps.max_mr_size;
+  a.node_guid = config_.node_guid;
+  a.max_qp = caps.max_qp;
+  a.max_qp_wr = caps.max_qp_wr;
+  a.max_sge = caps.max_sge;
+  a.max_cq = caps.max_cq;
+  a.max_cqe = caps.max_cqe;
+  a.max_mr = caps.max_mr;
+  a.max_pd = caps.max_pd;
+  a.max_qp_rd_atom = caps.max_qp_rd_atom;
+  a.max_inline = caps.max_inline;
+  a.max_msg_size = caps.max_msg_size;
+  a.vendor_id = 0x4D52;      // "MR": unregistered OUI-less id, see docs/device-abi.md
+  a.vendor_part_id = 0x0001;
+  a.hw_ver = 1;
+  std::strncpy(a.fw_ver, "metaroce-model 1.0", sizeof(a.fw_ver) - 1);
+  return a;
+}
+
+mroce_port_attr Device::port_attr() const {
+  const fw::PortInfo& p = engine_->port();
+  mroce_port_attr a{};
+  a.state = p.active ? 4 : 1;  // IBV_PORT_ACTIVE : IBV_PORT_DOWN
+  a.max_mtu = 5;
+  a.active_mtu = active_ibv_mtu(p.link_mtu);
+  a.gid_tbl_len = static_cast<uint32_t>(p.gids.size());
+  a.ifindex = config_.ifindex;
+  a.link_mtu = p.link_mtu;
+  a.active_speed = 32;  // IB_SPEED_EDR (25 Gb/s per lane), reported, not enforced
+  a.active_width = 1;   // 1X
+  a.phys_state = p.active ? 5 : 3;  // LinkUp : Disabled
+  return a;
+}
+
+int Device::op_open(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_open_context_req, req);
+  if (req.client_abi != MROCE_ABI_VERSION) {
+    out->reason = "client device-ABI " + std::to_string(req.client_abi) + ", daemon speaks " +
+                  std::to_string(MROCE_ABI_VERSION) + ": install a matching provider";
+    return EPROTO;
+  }
+  if (c.async_fd >= 0) {
+    out->reason = "context already open on this connection";
+    return EBUSY;
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return errno;
+  c.async_fd = sv[0];
+  fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
+  mroce_open_context_resp resp{};
+  resp.ctx_id = c.id;
+  resp.device = device_attr();
+  resp.port = port_attr();
+  encode(resp, &out->body);
+  out->fds = {dup(doorbell_fd_), sv[1]};
+  return 0;
+}
+
+int Device::op_query_port(Client& c, const Request& r, Reply* out) {
+  encode(port_attr(), &out->body);
+  return 0;
+}
+
+int Device::op_alloc_pd(Client& c, const Request& r, Reply* out) {
+  if (c.pds.size() >= config_.limits.max_pd) {
+    out->reason = "per-client PD limit reached (" + std::to_string(config_.limits.max_pd) + ")";
+    return ENOMEM;
+  }
+  mroce_alloc_pd_resp resp{};
+  int err = engine_->create_pd(c.id, &resp.pdn);
+  if (err) return err;
+  c.pds.insert(resp.pdn);
+  encode(resp, &out->body);
+  return 0;
+}
+
+int Device::op_dealloc_pd(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_handle_req, req);
+  int err = engine_->destroy_pd(c.id, req.handle);
+  if (err == EBUSY) out->reason = "PD still has MRs or QPs";
+  if (!err) c.pds.erase(req.handle);
+  return err;
+}
+
+int Device::op_reg_mr(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_reg_mr_req, req);
+  if (c.mrs.size() >= config_.limits.max_mr) {
+    out->reason = "per-client MR limit reached (" + std::to_string(config_.limits.max_mr) + ")";
+    return ENOMEM;
+  }
+  fw::MrKeys keys;
+  int err = engine_->reg_mr(c.id, req.pdn, req.addr, req.length, req.access, &keys);
+  if (err) {
+    if (err == EINVAL) out->reason = "invalid MR: bad PD, length or access flags";
+    return err;
+  }
+  c.mrs.insert(keys.lkey);
+  encode(mroce_reg_mr_resp{keys.lkey, keys.rkey}, &out->body);
+  return 0;
+}
+
+int Device::op_dereg_mr(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_handle_req, req);
+  int err = engine_->dereg_mr(c.id, req.handle);
+  if (!err) c.mrs.erase(req.handle);
+  return err;
+}
+
+int Device::op_create_cq(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_create_cq_req, req);
+  if (c.cqs.size() >= config_.limits.max_cq) {
+    out->reason = "per-client CQ limit reached (" + std::to_string(config_.limits.max_cq) + ")";
+    return ENOMEM;
+  }
+  if (req.has_channel && r.fds.size() != 1) {
+    out->reason = "CREATE_CQ with has_channel needs exactly one fd";
+    return EINVAL;
+  }
+  if (req.cqe == 0 || req.cqe > engine_->caps().max_cqe) {
+    out->reason = "cqe must be 1.." + std::to_string(engine_->caps().max_cqe);
+    return EINVAL;
+  }
+  uint32_t entries = round_up_pow2(req.cqe + 1);
+  uint32_t cqn = 0;
+  int err = engine_->create_cq(c.id, entries, &cqn);
+  if (err) return err;
+  CqState cq;
+  cq.owner = c.id;
+  cq.user_handle = req.user_handle;
+  err = cq.shm.create("metaroce-cq", ring_bytes(entries, sizeof(mroce_cqe)));
+  if (err) {
+    engine_->destroy_cq(c.id, cqn);
+    out->reason = "cannot create CQ ring memory";
+    return err;
+  }
+  cq.ring = RingView(cq.shm.base(), entries, sizeof(mroce_cqe));
+  if (req.has_channel) {
+    cq.channel_fd = dup(r.fds[0]);
+    fcntl(cq.channel_fd, F_SETFL, fcntl(cq.channel_fd, F_GETFL) | O_NONBLOCK);
+  }
+  mroce_create_cq_resp resp{cqn, entries, cq.shm.size()};
+  out->fds = {dup(cq.shm.fd())};
+  cqs_.emplace(cqn, std::move(cq));
+  c.cqs.insert(cqn);
+  encode(resp, &out->body);
+  return 0;
+}
+
+int Device::op_destroy_cq(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_handle_req, req);
+  int err = engine_->destroy_cq(c.id, req.handle);
+  if (err == EBUSY) out->reason = "CQ still used by a QP";
+  if (err) return err;
+  auto it = cqs_.find(req.handle);
+  if (it != cqs_.end()) {
+    if (it->second.channel_fd >= 0) close(it->second.channel_fd);
+    cqs_.erase(it);
+  }
+  c.cqs.erase(req.handle);
+  return 0;
+}
+
+int Device::op_create_qp(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_create_qp_req, req);
+  if (c.qps.size() >= config_.limits.max_qp) {
+    out->reason = "per-client QP limit reached (" + std::to_string(config_.limits.max_qp) + ")";
+    return ENOMEM;
+  }
+  if (req.qp_type != 2 /* IBV_QPT_RC */) {
+    out->reason = "only RC QPs are supported";
+    return EOPNOTSUPP;
+  }
+  if (!c.cqs.count(req.send_cqn) || !c.cqs.count(req.recv_cqn)) {
+    out->reason = "send or receive CQ does not belong to this context";
+    return EINVAL;
+  }
+  fw::QpInitAttr init;
+  init.pdn = req.pdn;
+  init.send_cqn = req.send_cqn;
+  init.recv_cqn = req.recv_cqn;
+  init.cap = to_fw(req.cap);
+  init.sq_sig_all = req.sq_sig_all != 0;
+  uint32_t qpn = 0;
+  fw::QpCap cap;
+  int err = engine_->create_qp(c.id, init, &qpn, &cap);
+  if (err) {
+    if (err == EINVAL) out->reason = "QP capabilities exceed the device's, or bad PD/CQ";
+    return err;
+  }
+  uint32_t sq_entries = round_up_pow2(std::max(cap.max_send_wr, 1u));
+  uint32_t rq_entries = round_up_pow2(std::max(cap.max_recv_wr, 1u));
+  size_t sq_bytes = ring_bytes(sq_entries, sizeof(mroce_send_wqe));
+  size_t rq_bytes = ring_bytes(rq_entries, sizeof(mroce_recv_wqe));
+  QpState qp;
+  qp.owner = c.id;
+  qp.user_handle = req.user_handle;
+  qp.send_cqn = req.send_cqn;
+  err = qp.shm.create("metaroce-qp", sq_bytes + rq_bytes);
+  if (err) {
+    engine_->destroy_qp(c.id, qpn);
+    out->reason = "cannot create QP ring memory";
+    return err;
+  }
+  qp.sq = RingView(qp.shm.base(), sq_entries, sizeof(mroce_send_wqe));
+  qp.rq = RingView(qp.shm.base() + sq_bytes, rq_entries, sizeof(mroce_recv_wqe));
+  mroce_create_qp_resp resp{};
+  resp.qpn = qpn;
+  resp.cap = to_abi(cap);
+  resp.sq_entries = sq_entries;
+  resp.rq_entries = rq_entries;
+  resp.ring_bytes = qp.shm.size();
+  resp.rq_offset = sq_bytes;
+  out->fds = {dup(qp.shm.fd())};
+  qps_.emplace(qpn, std::move(qp));
+  c.qps.insert(qpn);
+  encode(resp, &out->body);
+  return 0;
+}
+
+int Device::op_modify_qp(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_modify_qp_req, req);
+  if (!c.qps.count(req.qpn)) {
+    out->reason = "no such QP in this context";
+    return ENOENT;
+  }
+  // Work posted before a state change must reach the engine first.
+  auto it = qps_.find(req.qpn);
+  if (it != qps_.end()) {
+    drain_rq(req.qpn, it->second);
+    drain_sq(req.qpn, it->second);
+  }
+  if ((req.attr.attr_mask & fw::kAttrPathMtu) && mtu_bytes(req.attr.path_mtu) == 0) {
+    out->reason = "path_mtu must be IBV_MTU_256..IBV_MTU_4096";
+    return EINVAL;
+  }
+  int err = engine_->modify_qp(c.id, req.qpn, to_fw(req.attr), req.attr.attr_mask);
+  if (err == EINVAL) out->reason = "invalid state transition or attribute for this transition";
+  return err;
+}
+
+int Device::op_query_qp(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_handle_req, req);
+  fw::QpAttr attr;
+  fw::QpInitAttr init;
+  int err = engine_->query_qp(c.id, req.handle, &attr, &init);
+  if (err) return err;
+  mroce_query_qp_resp resp{};
+  resp.attr = to_abi(attr);
+  resp.sq_sig_all = init.sq_sig_all;
+  encode(resp, &out->body);
+  return 0;
+}
+
+int Device::op_destroy_qp(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_handle_req, req);
+  int err = engine_->destroy_qp(c.id, req.handle);
+  if (err) return err;
+  qps_.erase(req.handle);
+  c.qps.erase(req.handle);
+  return 0;
+}
+
+int Device::op_query_counters(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_query_counters_req, req);
+  std::vector<mroce_counter> list;
+  if (req.qpn == 0xffffffffu) {
+    add_counters(engine_->counters(), &list);
+    auto add = [&](const char* name, uint64_t v) {
+      mroce_counter m{};
+      std::strncpy(m.name, name, sizeof(m.name) - 1);
+      m.value = v;
+      list.push_back(m);
+    };
+    const DaemonCounters& d = counters_;
+    add("ctrl_requests", d.ctrl_requests);
+    add("ctrl_errors", d.ctrl_errors);
+    add("ctrl_malformed", d.ctrl_malformed);
+    add("clients_opened", d.clients_opened);
+    add("clients_closed", d.clients_closed);
+    add("tx_drop_no_neighbor", d.tx_drop_no_neighbor);
+    add("tx_drop_ring_full", d.tx_drop_ring_full);
+    add("tx_drop_too_big", d.tx_drop_too_big);
+    add("wqe_rejected", d.wqe_rejected);
+    add("cq_events", d.cq_events);
+    add("cq_event_write_failed", d.cq_event_write_failed);
+    add("async_events", d.async_events);
+    add("doorbell_wakeups", d.doorbell_wakeups);
+    const DmaStats& s = dma_.stats();
+    add("dma_read_calls", s.read_calls);
+    add("dma_read_bytes", s.read_bytes);
+    add("dma_read_cache_hits", s.read_cache_hits);
+    add("dma_write_calls", s.write_calls);
+    add("dma_write_bytes", s.write_bytes);
+    add("dma_faults", s.faults);
+    if (io_) {
+      io::IoStats io = io_->stats();
+      add("io_rx_frames", io.rx_frames);
+      add("io_rx_kernel_drops", io.rx_kernel_drops);
+      add("io_rx_invalid", io.rx_invalid);
+      add("io_tx_frames", io.tx_frames);
+      add("io_tx_ring_full", io.tx_ring_full);
+      add("io_tx_errors", io.tx_errors);
+      add("io_tx_kicks", io.tx_kicks);
+    }
+  } else {
+    fw::Counters qc;
+    int err = engine_->qp_counters(req.qpn, &qc);
+    if (err) {
+      out->reason = "no such QP";
+      return err;
+    }
+    add_counters(qc, &list);
+  }
+  mroce_query_counters_resp resp{static_cast<uint32_t>(list.size()), 0};
+  encode(resp, &out->body);
+  for (auto& m : list) encode(m, &out->body);
+  return 0;
+}
+
+int Device::op_list_qps(Client& c, const Request& r, Reply* out) {
+  std::vector<uint32_t> qpns = engine_->qp_numbers();
+  uint32_t n = static_cast<uint32_t>(qpns.size());
+  encode(n, &out->body);
+  for (uint32_t q : qpns) encode(q, &out->body);
+  return 0;
+}
+
+// ---------------- data path ----------------
+
+int Device::poll_once() {
+  int work = poll_rx();
+  work += poll_rings();
+  if (now() >= engine_->next_deadline()) {
+    engine_->on_timer();
+    work++;
+  }
+  engine_->pump();
+  flush_completions();
+  if (io_ && io_->tx_pending()) io_->tx_flush();
+  return work;
+}
+
+int Device::poll_rx() {
+  int total = 0;
+  // Frames this device sent to its own addresses (loopback QPs).
+  while (!loopback_.empty()) {
+    std::vector<uint8_t> frame = std::move(loopback_.front());
+    loopback_.pop_front();
+    engine_->on_frame(frame);
+    total++;
+    if (total >= 256) break;
+  }
+  if (!io_) return total;
+  int n = io_->rx_burst(rx_batch_);
+  if (n <= 0) return total;
+  for (int i = 0; i < n; i++) engine_->on_frame({rx_batch_[i].data, rx_batch_[i].len});
+  io_->rx_release();
+  return total + n;
+}
+
+int Device::poll_rings() {
+  int work = 0;
+  for (auto& [qpn, qp] : qps_) {
+    work += drain_rq(qpn, qp);
+    work += drain_sq(qpn, qp);
+  }
+  return work;
+}
+
+int Device::drain_sq(uint32_t qpn, QpState& qp) {
+  uint32_t cons = qp.sq.hdr()->consumer;  // we are the only writer
+  uint32_t prod = qp.sq.load_producer();
+  if (cons == prod) return 0;
+  if (prod - cons > qp.sq.entries()) {
+    counters_.wqe_rejected++;  // corrupted producer index: refuse the ring's content
+    return 0;
+  }
+  dma_.invalidate(qp.owner);
+  int n = 0;
+  fw::SendWr wr;
+  for (; cons != prod; cons++, n++) {
+    mroce_send_wqe w;
+    std::memcpy(&w, qp.sq.slot(cons), sizeof(w));  // the client may scribble: copy first
+    wr.wr_id = w.wr_id;
+    wr.opcode = static_cast<fw::WrOpcode>(w.opcode);
+    wr.send_flags = w.send_flags;
+    wr.imm = w.imm;
+    wr.remote_addr = w.remote_addr;
+    wr.rkey = w.rkey;
+    wr.compare_add = w.compare_add;
+    wr.swap = w.swap;
+    wr.inline_data.clear();
+    int err = 0;
+    if (w.send_flags & fw::kSendInline) {
+      if (w.inline_len > MROCE_MAX_INLINE) {
+        err = EINVAL;
+      } else {
+        wr.num_sge = 0;
+        wr.inline_data.assign(w.u.inline_data, w.u.inline_data + w.inline_len);
+      }
+    } else if (w.num_sge > MROCE_MAX_SGE) {
+      err = EINVAL;
+    } else {
+      wr.num_sge = w.num_sge;
+      for (uint32_t i = 0; i < w.num_sge; i++) {
+        wr.sg[i] = {w.u.sg[i].addr, w.u.sg[i].length, w.u.sg[i].lkey};
+      }
+    }
+    if (!err) err = engine_->post_send(qp.owner, qpn, wr);
+    if (err == ENOMEM) break;  // engine queue full: leave it in the ring, retry later
+    if (err) {
+      counters_.wqe_rejected++;
+      fw::Completion wc;
+      wc.wr_id = w.wr_id;
+      wc.status = fw::WcStatus::kLocQpOpErr;
+      wc.qp_num = qpn;
+      complete(qp.send_cqn, wc);
+    }
+  }
+  qp.sq.store_consumer(cons);
+  return n;
+}
+
+int Device::drain_rq(uint32_t qpn, QpState& qp) {
+  uint32_t cons = qp.rq.hdr()->consumer;
+  uint32_t prod = qp.rq.load_producer();
+  if (cons == prod) return 0;
+  if (prod - cons > qp.rq.entries()) {
+    counters_.wqe_rejected++;
+    return 0;
+  }
+  int n = 0;
+  fw::RecvWr wr;
+  for (; cons != prod; cons++, n++) {
+    mroce_recv_wqe w;
+    std::memcpy(&w, qp.rq.slot(cons), sizeof(w));
+    wr.wr_id = w.wr_id;
+    wr.num_sge = std::min<uint32_t>(w.num_sge, MROCE_MAX_SGE);
+    for (uint32_t i = 0; i < wr.num_sge; i++) {
+      wr.sg[i] = {w.sg[i].addr, w.sg[i].length, w.sg[i].lkey};
+    }
+    int err = w.num_sge > MROCE_MAX_SGE ? EINVAL : engine_->post_recv(qp.owner, qpn, wr);
+    if (err == ENOMEM) break;
+    if (err) counters_.wqe_rejected++;
+  }
+  qp.rq.store_consumer(cons);
+  return n;
+}
+
+bool Device::prepare_sleep() {
+  for (auto& [qpn, qp] : qps_) {
+    RingView::ref(qp.sq.hdr()->nic_sleeping).store(1, std::memory_order_seq_cst);
+    RingView::ref(qp.rq.hdr()->nic_sleeping).store(1, std::memory_order_seq_cst);
+  }
+  for (auto& [qpn, qp] : qps_) {
+    if (qp.sq.load_producer() != qp.sq.hdr()->consumer ||
+        qp.rq.load_producer() != qp.rq.hdr()->consumer) {
+      end_sleep();
+      return false;
+    }
+  }
+  return loopback_.empty();
+}
+
+void Device::end_sleep() {
+  for (auto& [qpn, qp] : qps_) {
+    RingView::ref(qp.sq.hdr()->nic_sleeping).store(0, std::memory_order_relaxed);
+    RingView::ref(qp.rq.hdr()->nic_sleeping).store(0, std::memory_order_relaxed);
+  }
+}
+
+// ---------------- HAL ----------------
+
+void Device::send(const fw::OutPacket& p) {
+  proto::FrameHeaders h;
+  h.src_ip = p.src_ip;
+  h.dst_ip = p.dst_ip;
+  h.src_port = p.src_port;
+  h.dscp = p.dscp;
+  h.ttl = p.ttl;
+  bool local = false;
+  for (const auto& g : engine_->port().gids) local |= (g == p.dst_ip);
+  size_t len = proto::encap_length(h) + proto::transport_length(p.packet);
+  if (local) {
+    h.src_mac = h.dst_mac = link_ ? link_->local_mac() : proto::MacAddr{};
+    std::vector<uint8_t> frame(len);
+    if (proto::build_frame(h, p.packet, frame) == 0) return;
+    loopback_.push_back(std::move(frame));
+    return;
+  }
+  if (!io_ || !link_) return;
+  if (!link_->resolve(p.dst_ip, &h.dst_mac)) {
+    counters_.tx_drop_no_neighbor++;
+    return;
+  }
+  h.src_mac = link_->local_mac();
+  if (len > io_->max_frame()) {
+    counters_.tx_drop_too_big++;
+    return;
+  }
+  std::span<uint8_t> buf = io_->tx_alloc(static_cast<uint32_t>(len));
+  if (buf.empty()) {
+    io_->tx_flush();
+    buf = io_->tx_alloc(static_cast<uint32_t>(len));
+  }
+  if (buf.empty()) {
+    counters_.tx_drop_ring_full++;  // the engine's retransmission recovers it
+    return;
+  }
+  size_t n = proto::build_frame(h, p.packet, buf);
+  io_->tx_commit(static_cast<uint32_t>(n));
+  if (io_->tx_pending() >= 64) io_->tx_flush();
+}
+
+bool Device::complete(uint32_t cqn, const fw::Completion& wc) {
+  auto it = cqs_.find(cqn);
+  if (it == cqs_.end()) return true;  // owner gone: nothing to deliver to
+  CqState& cq = it->second;
+  uint32_t cons = cq.ring.load_consumer();
+  if (cq.producer - cons >= cq.ring.entries()) {
+    RingView::ref(cq.ring.hdr()->overflow).store(1, std::memory_order_release);
+    return false;
+  }
+  mroce_cqe e{};
+  e.wr_id = wc.wr_id;
+  e.status = static_cast<uint32_t>(wc.status);
+  e.opcode = static_cast<uint32_t>(wc.opcode);
+  e.vendor_err = wc.vendor_err;
+  e.byte_len = wc.byte_len;
+  e.imm = wc.imm;
+  e.qp_num = wc.qp_num;
+  e.src_qp = wc.src_qp;
+  e.wc_flags = wc.wc_flags;
+  std::memcpy(cq.ring.slot(cq.producer), &e, sizeof(e));
+  cq.producer++;
+  if (!cq.dirty) {
+    cq.dirty = true;
+    dirty_cqs_.push_back(cqn);
+  }
+  return true;
+}
+
+void Device::flush_completions() {
+  if (dirty_cqs_.empty()) {
+    dma_.flush();
+    return;
+  }
+  dma_.flush();  // data lands in memory before its completion is visible
+  for (uint32_t cqn : dirty_cqs_) {
+    auto it = cqs_.find(cqn);
+    if (it == cqs_.end()) continue;
+    CqState& cq = it->second;
+    cq.dirty = false;
+    cq.ring.store_producer(cq.producer);
+    uint32_t& armed = cq.ring.hdr()->armed;
+    if (cq.channel_fd >= 0 && RingView::ref(armed).load(std::memory_order_seq_cst) != 0 &&
+        RingView::ref(armed).exchange(0, std::memory_order_seq_cst) != 0) {
+      uint64_t handle = cq.user_handle;
+      if (::write(cq.channel_fd, &handle, sizeof(handle)) == sizeof(handle)) {
+        counters_.cq_events++;
+      } else {
+        counters_.cq_event_write_failed++;
+      }
+    }
+  }
+  dirty_cqs_.clear();
+}
+
+void Device::send_async(Client& c, uint64_t element, fw::EventType type) {
+  if (c.async_fd < 0) return;
+  mroce_async_event ev{element, static_cast<uint32_t>(type), 0};
+  if (::write(c.async_fd, &ev, sizeof(ev)) == sizeof(ev)) {
+    counters_.async_events++;
+  } else {
+    counters_.async_event_write_failed++;
+  }
+}
+
+void Device::async_event(fw::EventType type, uint32_t element) {
+  if (type == fw::EventType::kCqErr) {
+    auto it = cqs_.find(element);
+    if (it == cqs_.end()) return;
+    auto c = clients_.find(it->second.owner);
+    if (c != clients_.end()) send_async(c->second, it->second.user_handle, type);
+    return;
+  }
+  auto it = qps_.find(element);
+  if (it == qps_.end()) return;
+  auto c = clients_.find(it->second.owner);
+  if (c != clients_.end()) send_async(c->second, it->second.user_handle, type);
+}
+
+void Device::set_port(const fw::PortInfo& port) { engine_->set_port(port); }
+
+void Device::port_event(bool up) {
+  for (auto& [id, c] : clients_) {
+    send_async(c, 1, up ? fw::EventType::kPortActive : fw::EventType::kPortErr);
+  }
+}
+
+}  // namespace metaroce::daemon

@@ -1,0 +1,120 @@
+#include "firmware-model/daemon/dma.h"
+
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace metaroce::daemon {
+
+ProcessDma::ProcessDma(std::function<pid_t(fw::OwnerId)> pid_of) : pid_of_(std::move(pid_of)) {}
+
+bool ProcessDma::read(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) {
+  if (dst.empty()) return true;
+  auto pw = pending_.find(owner);
+  if (pw != pending_.end() && !pw->second.remote.empty()) flush_owner(owner, pw->second);
+
+  Window& w = windows_[owner];
+  if (!w.data.empty() && addr >= w.base && addr + dst.size() <= w.base + w.len) {
+    std::memcpy(dst.data(), w.data.data() + (addr - w.base), dst.size());
+    stats_.read_cache_hits++;
+    return true;
+  }
+  pid_t pid = pid_of_(owner);
+  if (pid < 0) return false;
+  // Large reads go straight to the destination; small ones fill the window.
+  if (dst.size() >= kReadAhead) {
+    iovec l{dst.data(), dst.size()}, r{reinterpret_cast<void*>(addr), dst.size()};
+    ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    stats_.read_calls++;
+    if (n != static_cast<ssize_t>(dst.size())) return stats_.faults++, false;
+    stats_.read_bytes += n;
+    return true;
+  }
+  w.data.resize(kReadAhead);
+  iovec l{w.data.data(), kReadAhead}, r{reinterpret_cast<void*>(addr), kReadAhead};
+  ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+  stats_.read_calls++;
+  if (n < static_cast<ssize_t>(dst.size())) {
+    // The window ran past the end of a mapping: read exactly what was asked.
+    w.len = 0;
+    iovec l2{dst.data(), dst.size()}, r2{reinterpret_cast<void*>(addr), dst.size()};
+    n = process_vm_readv(pid, &l2, 1, &r2, 1, 0);
+    stats_.read_calls++;
+    if (n != static_cast<ssize_t>(dst.size())) return stats_.faults++, false;
+    stats_.read_bytes += n;
+    return true;
+  }
+  w.base = addr;
+  w.len = static_cast<size_t>(n);
+  stats_.read_bytes += n;
+  std::memcpy(dst.data(), w.data.data(), dst.size());
+  return true;
+}
+
+bool ProcessDma::write(fw::OwnerId owner, uint64_t addr, std::span<const uint8_t> src) {
+  if (src.empty()) return true;
+  PendingWrites& w = pending_[owner];
+  if (w.remote.empty()) w.pid = pid_of_(owner);
+  if (w.pid < 0) return false;
+  // Keep a window coherent with what this client's memory is about to hold.
+  auto win = windows_.find(owner);
+  if (win != windows_.end() && win->second.len &&
+      addr < win->second.base + win->second.len && addr + src.size() > win->second.base) {
+    win->second.len = 0;
+  }
+  // Coalesce with the previous segment when contiguous (in-order packets).
+  if (!w.remote.empty()) {
+    iovec& last = w.remote.back();
+    if (reinterpret_cast<uint64_t>(last.iov_base) + last.iov_len == addr) {
+      w.staging.insert(w.staging.end(), src.begin(), src.end());
+      last.iov_len += src.size();
+      return true;
+    }
+  }
+  if (w.remote.size() == kMaxIov && !flush_owner(owner, w)) return false;
+  w.offsets.push_back(w.staging.size());
+  w.staging.insert(w.staging.end(), src.begin(), src.end());
+  w.remote.push_back({reinterpret_cast<void*>(addr), src.size()});
+  return true;
+}
+
+bool ProcessDma::flush_owner(fw::OwnerId owner, PendingWrites& w) {
+  if (w.remote.empty()) return true;
+  w.local.resize(w.remote.size());
+  for (size_t i = 0; i < w.remote.size(); i++) {
+    w.local[i] = {w.staging.data() + w.offsets[i], w.remote[i].iov_len};
+  }
+  size_t total = w.staging.size();
+  ssize_t n = process_vm_writev(w.pid, w.local.data(), w.local.size(), w.remote.data(),
+                                w.remote.size(), 0);
+  stats_.write_calls++;
+  stats_.write_segments += w.remote.size();
+  bool ok = n == static_cast<ssize_t>(total);
+  if (ok) {
+    stats_.write_bytes += total;
+  } else {
+    stats_.faults++;
+  }
+  w.remote.clear();
+  w.local.clear();
+  w.staging.clear();
+  w.offsets.clear();
+  return ok;
+}
+
+void ProcessDma::flush() {
+  for (auto& [owner, w] : pending_) flush_owner(owner, w);
+}
+
+void ProcessDma::invalidate(fw::OwnerId owner) {
+  auto it = windows_.find(owner);
+  if (it != windows_.end()) it->second.len = 0;
+}
+
+void ProcessDma::forget(fw::OwnerId owner) {
+  windows_.erase(owner);
+  pending_.erase(owner);
+}
+
+}  // namespace metaroce::daemon

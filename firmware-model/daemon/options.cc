@@ -1,0 +1,129 @@
+#include "firmware-model/daemon/options.h"
+
+#include <charconv>
+
+namespace metaroce::daemon {
+
+const char* usage() {
+  return "usage: metaroced --netdev IF [options]\n"
+         "  Soft RDMA NIC: hosts the MetaRoCE transport engine on Ethernet interface IF\n"
+         "  and publishes it as an RDMA device for libibverbs.\n"
+         "options:\n"
+         "  --netdev IF             Ethernet interface to own (required)\n"
+         "  --ibdev NAME            RDMA device name, metaroceN (default metaroce0)\n"
+         "  --io auto|xdp|packet    packet I/O backend (default auto: AF_XDP, else AF_PACKET)\n"
+         "  --xdp-mode auto|native|generic   XDP attach mode (default auto)\n"
+         "  --backend soft|hw       transport: the software engine, or offload hardware\n"
+         "  --sysfs-root DIR        where to publish the sysfs-format device tree\n"
+         "                          (default /run/metaroce/sysfs; point SYSFS_PATH here)\n"
+         "  --run-dir DIR           control socket directory (default /run/metaroce)\n"
+         "  --uverbs N              uverbs index (default: N of metaroceN)\n"
+         "  --paths N               path entropies sprayed over per QP, 1..64 (default 4)\n"
+         "  --spin-us N             poll this long when idle before sleeping (default 100)\n"
+         "  --cc NAME               congestion control algorithm (default: default)\n"
+         "  --max-qp-per-client N   per-process QP limit (default 1024)\n"
+         "  --pidfile FILE          write the daemon's pid here\n"
+         "  -v                      log every control request\n";
+}
+
+namespace {
+bool parse_u32(const std::string& s, uint32_t lo, uint32_t hi, uint32_t* out) {
+  uint32_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+}  // namespace
+
+bool parse_options(const std::vector<std::string>& args, Options* o, std::string* error,
+                   bool* help) {
+  *help = false;
+  for (size_t i = 0; i < args.size(); i++) {
+    const std::string& a = args[i];
+    auto value = [&](std::string* v) {
+      if (i + 1 >= args.size()) {
+        *error = a + " needs a value";
+        return false;
+      }
+      *v = args[++i];
+      return true;
+    };
+    auto number = [&](uint32_t lo, uint32_t hi, uint32_t* out) {
+      std::string v;
+      if (!value(&v)) return false;
+      if (!parse_u32(v, lo, hi, out)) {
+        *error = a + " expects a number from " + std::to_string(lo) + " to " +
+                 std::to_string(hi) + ", got '" + v + "'";
+        return false;
+      }
+      return true;
+    };
+    std::string v;
+    uint32_t n = 0;
+    if (a == "-h" || a == "--help") {
+      *help = true;
+      return true;
+    } else if (a == "-v") {
+      o->verbose = true;
+    } else if (a == "--netdev") {
+      if (!value(&o->netdev)) return false;
+    } else if (a == "--ibdev") {
+      if (!value(&o->ibdev)) return false;
+      if (o->ibdev.rfind("metaroce", 0) != 0 || o->ibdev.size() == 8 ||
+          o->ibdev.find_first_not_of("0123456789", 8) != std::string::npos) {
+        *error = "--ibdev must be metaroceN (N a number), got '" + o->ibdev + "'";
+        return false;
+      }
+    } else if (a == "--io") {
+      if (!value(&v)) return false;
+      if (!io::parse_backend(v, &o->io)) {
+        *error = "--io expects auto, xdp or packet, got '" + v + "'";
+        return false;
+      }
+    } else if (a == "--xdp-mode") {
+      if (!value(&v)) return false;
+      if (v == "auto") o->xdp_mode = io::XdpMode::kAuto;
+      else if (v == "native") o->xdp_mode = io::XdpMode::kNative;
+      else if (v == "generic") o->xdp_mode = io::XdpMode::kGeneric;
+      else {
+        *error = "--xdp-mode expects auto, native or generic, got '" + v + "'";
+        return false;
+      }
+    } else if (a == "--backend") {
+      if (!value(&o->backend)) return false;
+      if (o->backend != "soft" && o->backend != "hw") {
+        *error = "--backend expects soft or hw, got '" + o->backend + "'";
+        return false;
+      }
+    } else if (a == "--sysfs-root") {
+      if (!value(&o->sysfs_root)) return false;
+    } else if (a == "--run-dir") {
+      if (!value(&o->run_dir)) return false;
+    } else if (a == "--uverbs") {
+      if (!number(0, 255, &n)) return false;
+      o->uverbs_index = static_cast<int>(n);
+    } else if (a == "--paths") {
+      if (!number(1, 64, &o->paths)) return false;
+    } else if (a == "--spin-us") {
+      if (!number(0, 1'000'000, &o->spin_us)) return false;
+    } else if (a == "--cc") {
+      if (!value(&o->cc)) return false;
+    } else if (a == "--max-qp-per-client") {
+      if (!number(1, 65536, &o->max_qp_per_client)) return false;
+    } else if (a == "--pidfile") {
+      if (!value(&o->pidfile)) return false;
+    } else {
+      *error = "unknown argument '" + a + "' (see --help)";
+      return false;
+    }
+  }
+  if (o->netdev.empty()) {
+    *error = "--netdev IF is required: the Ethernet interface this NIC owns";
+    return false;
+  }
+  if (o->uverbs_index < 0) o->uverbs_index = std::stoi(o->ibdev.substr(8));
+  return true;
+}
+
+}  // namespace metaroce::daemon

@@ -1,0 +1,35 @@
+// metaroced's command line (docs/daemon.md §Command line).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "firmware-model/daemon/io/packet_io.h"
+
+namespace metaroce::daemon {
+
+struct Options {
+  std::string netdev;                 // --netdev IF (required)
+  std::string ibdev = "metaroce0";    // --ibdev NAME (must be metaroceN)
+  std::string backend = "soft";       // --backend soft|hw
+  io::Backend io = io::Backend::kAuto;  // --io auto|xdp|packet
+  io::XdpMode xdp_mode = io::XdpMode::kAuto;  // --xdp-mode auto|native|generic
+  std::string sysfs_root = "/run/metaroce/sysfs";  // --sysfs-root DIR
+  std::string run_dir = "/run/metaroce";           // --run-dir DIR (control socket)
+  int uverbs_index = -1;              // --uverbs N (default: N of metaroceN)
+  uint32_t paths = 4;                 // --paths N (path entropies per QP)
+  uint32_t spin_us = 100;             // --spin-us N (poll this long before sleeping)
+  std::string cc = "default";         // --cc NAME
+  uint32_t max_qp_per_client = 1024;  // --max-qp-per-client N
+  std::string pidfile;                // --pidfile FILE
+  bool verbose = false;               // -v
+};
+
+// Parses argv. On error returns false and sets *error to a message naming
+// the bad argument and what is expected. --help sets *help.
+bool parse_options(const std::vector<std::string>& args, Options* out, std::string* error,
+                   bool* help);
+const char* usage();
+
+}  // namespace metaroce::daemon

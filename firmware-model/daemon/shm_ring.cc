@@ -1,0 +1,66 @@
+#include "firmware-model/daemon/shm_ring.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace metaroce::daemon {
+
+ShmRegion::~ShmRegion() {
+  if (base_) munmap(base_, size_);
+  if (fd_ >= 0) close(fd_);
+}
+
+ShmRegion& ShmRegion::operator=(ShmRegion&& o) noexcept {
+  std::swap(fd_, o.fd_);
+  std::swap(size_, o.size_);
+  std::swap(base_, o.base_);
+  return *this;
+}
+
+int ShmRegion::create(const std::string& name, size_t bytes) {
+  fd_ = memfd_create(name.c_str(), MFD_CLOEXEC);
+  if (fd_ < 0) return errno;
+  if (ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return errno;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (p == MAP_FAILED) return errno;
+  base_ = static_cast<uint8_t*>(p);
+  size_ = bytes;
+  return 0;
+}
+
+uint32_t round_up_pow2(uint32_t v) {
+  uint32_t r = 1;
+  while (r < v && r < (1u << 30)) r <<= 1;
+  return r;
+}
+
+size_t ring_bytes(uint32_t entries, uint32_t entry_size) {
+  size_t raw = sizeof(mroce_ring_hdr) + static_cast<size_t>(entries) * entry_size;
+  size_t page = 4096;
+  return (raw + page - 1) / page * page;
+}
+
+RingView::RingView(uint8_t* base, uint32_t entries, uint32_t entry_size)
+    : hdr_(reinterpret_cast<mroce_ring_hdr*>(base)),
+      slots_(base + sizeof(mroce_ring_hdr)),
+      entries_(entries),
+      entry_size_(entry_size) {
+  std::memset(hdr_, 0, sizeof(*hdr_));
+  hdr_->entries = entries;
+  hdr_->entry_size = entry_size;
+}
+
+RingView RingView::attach(uint8_t* base) {
+  RingView v;
+  v.hdr_ = reinterpret_cast<mroce_ring_hdr*>(base);
+  v.slots_ = base + sizeof(mroce_ring_hdr);
+  v.entries_ = v.hdr_->entries;
+  v.entry_size_ = v.hdr_->entry_size;
+  return v;
+}
+
+}  // namespace metaroce::daemon
