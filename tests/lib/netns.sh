@@ -1,0 +1,114 @@
+# Two-host test network (sourced): namespaces mroce-a and mroce-b joined by
+# one veth pair, a metaroced in each. Traffic never leaves these namespaces.
+#
+#   mroce_net_up [--io auto|xdp|packet] [--mtu N] [--paths N]
+#       exports MROCE_NS_A/B, MROCE_IF_A/B, MROCE_IP_A/B, MROCE_SYSFS_A/B
+#       (the SYSFS_PATH to use in each namespace), MROCE_DEV_A/B
+#       (metaroce0/metaroce1), MROCE_RUN_A/B, MROCE_PID_A/B
+#   mroce_net_down
+#   mroce_in_a CMD... / mroce_in_b CMD...   run in a namespace with SYSFS_PATH set
+#   mroce_daemon_restart a|b                 kill -9 and restart one daemon
+#
+# The daemon binary: $METAROCED, else the Bazel runfiles copy, else .bazel/bin.
+
+MROCE_NS_A=mroce-a; MROCE_NS_B=mroce-b
+MROCE_IF_A=mroce-va; MROCE_IF_B=mroce-vb
+MROCE_IP_A=10.77.0.1; MROCE_IP_B=10.77.0.2
+MROCE_DEV_A=metaroce0; MROCE_DEV_B=metaroce1
+MROCE_RUN_A=/run/metaroce/mroce-a; MROCE_RUN_B=/run/metaroce/mroce-b
+MROCE_SYSFS_A=$MROCE_RUN_A/sysfs; MROCE_SYSFS_B=$MROCE_RUN_B/sysfs
+export MROCE_NS_A MROCE_NS_B MROCE_IF_A MROCE_IF_B MROCE_IP_A MROCE_IP_B MROCE_DEV_A MROCE_DEV_B
+export MROCE_RUN_A MROCE_RUN_B MROCE_SYSFS_A MROCE_SYSFS_B
+MROCE_IO=${MROCE_IO:-auto}
+MROCE_RUN_DIR_TEST=${E2E_RUN_DIR:-/run/metaroce-test}
+
+mroce_find_bin() {  # name path-in-tree
+  local name=$1 rel=$2 var
+  for var in "${TEST_SRCDIR:+$TEST_SRCDIR/metaroce/$rel}" "${RUNFILES_DIR:+$RUNFILES_DIR/metaroce/$rel}" \
+             "$(dirname "${BASH_SOURCE[0]}")/../../.bazel/bin/$rel"; do
+    [ -n "$var" ] && [ -x "$var" ] && { readlink -f "$var"; return 0; }
+  done
+  echo "netns.sh: cannot find $name (build it: bazel build //${rel%/*}:${rel##*/})" >&2
+  return 1
+}
+
+_mroce_start_daemon() {  # ns ifname ibdev rundir
+  local ns=$1 ifn=$2 dev=$3 run=$4 pid
+  mkdir -p "$run"
+  rm -f "$run/$dev.sock"
+  ip netns exec "$ns" "$METAROCED" --netdev "$ifn" --ibdev "$dev" --io "$MROCE_IO" \
+    --sysfs-root "$run/sysfs" --run-dir "$run" --paths "${MROCE_PATHS:-4}" \
+    ${MROCE_DAEMON_ARGS:-} >"$run/daemon.log" 2>&1 &
+  pid=$!
+  mkdir -p "$MROCE_RUN_DIR_TEST"; echo "$pid" >> "$MROCE_RUN_DIR_TEST/pids"
+  for _ in $(seq 1 100); do
+    [ -S "$run/$dev.sock" ] && [ -e "$run/sysfs/class/infiniband/$dev" ] && { echo "$pid"; return 0; }
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "netns.sh: metaroced for $dev did not come up; its log:" >&2
+  cat "$run/daemon.log" >&2
+  return 1
+}
+
+mroce_net_up() {
+  local mtu=1500
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --io) MROCE_IO=$2; shift 2 ;;
+      --mtu) mtu=$2; shift 2 ;;
+      --paths) MROCE_PATHS=$2; shift 2 ;;
+      *) echo "mroce_net_up: unknown option $1" >&2; return 2 ;;
+    esac
+  done
+  METAROCED=${METAROCED:-$(mroce_find_bin metaroced firmware-model/daemon/metaroced)} || return 1
+  export METAROCED
+  mroce_net_down >/dev/null 2>&1
+  ip netns add "$MROCE_NS_A" && ip netns add "$MROCE_NS_B" || return 1
+  ip link add "$MROCE_IF_A" netns "$MROCE_NS_A" type veth peer name "$MROCE_IF_B" netns "$MROCE_NS_B" || return 1
+  local ns ifn ip
+  for ns in a b; do
+    if [ $ns = a ]; then ns=$MROCE_NS_A ifn=$MROCE_IF_A ip=$MROCE_IP_A; else ns=$MROCE_NS_B ifn=$MROCE_IF_B ip=$MROCE_IP_B; fi
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set "$ifn" mtu "$mtu" up
+    ip -n "$ns" addr add "$ip/24" dev "$ifn"
+  done
+  # Static neighbours: no ARP needed, and the first packet is never lost to it.
+  local mac_a mac_b
+  mac_a=$(ip -n "$MROCE_NS_A" -br link show "$MROCE_IF_A" | awk '{print $3}')
+  mac_b=$(ip -n "$MROCE_NS_B" -br link show "$MROCE_IF_B" | awk '{print $3}')
+  ip -n "$MROCE_NS_A" neigh replace "$MROCE_IP_B" lladdr "$mac_b" dev "$MROCE_IF_A" nud permanent
+  ip -n "$MROCE_NS_B" neigh replace "$MROCE_IP_A" lladdr "$mac_a" dev "$MROCE_IF_B" nud permanent
+  MROCE_PID_A=$(_mroce_start_daemon "$MROCE_NS_A" "$MROCE_IF_A" "$MROCE_DEV_A" "$MROCE_RUN_A") || return 1
+  MROCE_PID_B=$(_mroce_start_daemon "$MROCE_NS_B" "$MROCE_IF_B" "$MROCE_DEV_B" "$MROCE_RUN_B") || return 1
+  export MROCE_PID_A MROCE_PID_B
+}
+
+mroce_daemon_restart() {  # a|b
+  if [ "$1" = a ]; then
+    kill -9 "$MROCE_PID_A" 2>/dev/null; wait "$MROCE_PID_A" 2>/dev/null
+    MROCE_PID_A=$(_mroce_start_daemon "$MROCE_NS_A" "$MROCE_IF_A" "$MROCE_DEV_A" "$MROCE_RUN_A")
+  else
+    kill -9 "$MROCE_PID_B" 2>/dev/null; wait "$MROCE_PID_B" 2>/dev/null
+    MROCE_PID_B=$(_mroce_start_daemon "$MROCE_NS_B" "$MROCE_IF_B" "$MROCE_DEV_B" "$MROCE_RUN_B")
+  fi
+}
+
+mroce_net_down() {
+  local pid
+  for pid in ${MROCE_PID_A:-} ${MROCE_PID_B:-}; do
+    kill "$pid" 2>/dev/null
+  done
+  for pid in ${MROCE_PID_A:-} ${MROCE_PID_B:-}; do
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null
+  done
+  MROCE_PID_A=; MROCE_PID_B=
+  ip netns del "$MROCE_NS_A" 2>/dev/null
+  ip netns del "$MROCE_NS_B" 2>/dev/null
+  rm -rf "$MROCE_RUN_A" "$MROCE_RUN_B"
+  return 0
+}
+
+mroce_in_a() { SYSFS_PATH=$MROCE_SYSFS_A ip netns exec "$MROCE_NS_A" env SYSFS_PATH="$MROCE_SYSFS_A" "$@"; }
+mroce_in_b() { SYSFS_PATH=$MROCE_SYSFS_B ip netns exec "$MROCE_NS_B" env SYSFS_PATH="$MROCE_SYSFS_B" "$@"; }
