@@ -54,6 +54,7 @@ void Link::depart(Frame frame, uint64_t size) {
   ++stats_.frames_out;
   stats_.bytes_out += size;
   if (trace_) trace_->push_back(name_ + " tx " + std::to_string(sched_.now()) + " " + std::to_string(size));
+  if (tap_) tap_(frame);
   const Impairments& imp = cfg_.imp;
   if (rng_.chance(imp.loss)) {
     ++stats_.drops_loss;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,8 @@ class Link {
   void reset_stats();
   // Optional trace of every event on this link (determinism tests).
   void set_trace(std::vector<std::string>* trace) { trace_ = trace; }
+  // Called for every frame as it finishes serialization (before loss).
+  void set_tap(std::function<void(const Frame&)> tap) { tap_ = std::move(tap); }
 
  private:
   void account(Time now);
@@ -75,6 +78,7 @@ class Link {
   uint64_t queued_ = 0;
   Time busy_until_ = 0;
   std::vector<std::string>* trace_ = nullptr;
+  std::function<void(const Frame&)> tap_;
 };
 
 }  // namespace metaroce::simnet
