@@ -14,9 +14,9 @@
 //   3. Add one row to kOpcodeTable below (name, kind, payload, exts).
 //   4. docs/protocol.md: opcode list (§4), header diagram (§3), semantics.
 //   5. tools/wireshark/metaroce.lua: opcode name and any new header fields.
-//   6. A golden vector tests/vectors/<name>_ipv4|ipv6.txt (tests/vectors/gen.py
-//      fills in the hex), then regenerate tests/fuzz-corpus/ (tools/fuzz
-//      --regen-corpus) and run tools/fuzz.
+//   6. A golden vector tests/vectors/<name>_ipv4|ipv6.txt and the opcode in
+//      tests/vectors/gen.py (it fills in the hex), then refresh the seeds
+//      (tests/vectors/gen.py --corpus tests/fuzz-corpus) and run tools/fuzz.
 //   7. The engine (firmware-model/) must handle or count-and-drop it; old
 //      receivers drop it as kUnknownOpcode (counted), which is the v1
 //      extension rule (§9).

@@ -358,7 +358,8 @@ size_t build_frame(const FrameHeaders& h, const Packet& p, std::span<uint8_t> ou
   const bool v4 = h.src_ip.is_v4();
   const size_t tlen = transport_length(p);
   const size_t udp_len = kUdpLen + tlen;
-  if (v4 != h.dst_ip.is_v4() || tlen == 0 || udp_len + kIpv4Len > 0xFFFF) return 0;
+  const size_t max_udp = v4 ? 0xFFFF - kIpv4Len : 0xFFFF;  // IPv4 total / IPv6 payload length
+  if (v4 != h.dst_ip.is_v4() || tlen == 0 || udp_len > max_udp) return 0;
   const size_t encap = encap_length(h);
   if (out.size() < encap + tlen) return 0;
   if (build_transport(p, out.subspan(encap)) != tlen) return 0;

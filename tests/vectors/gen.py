@@ -9,7 +9,8 @@ fields, so the two implementations check each other.
 
   tests/vectors/gen.py            rewrite every *.txt's frame: section
   tests/vectors/gen.py --check    exit 1 if any frame: section is stale
-  tests/vectors/gen.py --corpus DIR   also write fuzz seeds (frame and UDP payload)
+  tests/vectors/gen.py --corpus DIR   also write fuzz seeds: <name>.frame,
+                                      <name>.udp (UDP payload), <name>.vlan
 
 Format of a vector file: tests/vectors/README.md.
 """
@@ -175,6 +176,8 @@ def main(argv):
             base = os.path.join(corpus, name[:-4])
             open(base + ".frame", "wb").write(data)
             open(base + ".udp", "wb").write(transport(fields))
+            # one 802.1Q tag and a trailing FCS-sized tail: both must be tolerated
+            open(base + ".vlan", "wb").write(data[:12] + b"\x81\x00\x20\x05" + data[12:] + b"\0" * 4)
     print("%d vectors%s" % (len(names), ", %d stale" % stale if check else ""))
     return 1 if stale else 0
 
