@@ -52,47 +52,48 @@ struct vlan_hdr_ {
   __be16 encapsulated_proto;
 };
 
-// Returns a pointer to the UDP header of an unfragmented IPv4/IPv6 UDP
-// packet, or NULL.
-static __always_inline struct udphdr* find_udp(void* data, void* data_end) {
+// Returns the UDP destination port (network order) of an unfragmented IPv4
+// or IPv6 UDP packet, or 0. (The port is read here, right after the bounds
+// check: handing the header pointer back lets clang recompute it in a form
+// the verifier cannot follow.)
+static __always_inline __be16 udp_dest(void* data, void* data_end) {
   struct ethhdr* eth = data;
-  if ((void*)(eth + 1) > data_end) return NULL;
+  if ((void*)(eth + 1) > data_end) return 0;
   void* l3 = eth + 1;
   __be16 proto = eth->h_proto;
   if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)) {
     struct vlan_hdr_* vlan = l3;
-    if ((void*)(vlan + 1) > data_end) return NULL;
+    if ((void*)(vlan + 1) > data_end) return 0;
     proto = vlan->encapsulated_proto;
     l3 = vlan + 1;
   }
   if (proto == bpf_htons(ETH_P_IP)) {
     struct iphdr* ip = l3;
-    if ((void*)(ip + 1) > data_end) return NULL;
-    if (ip->protocol != IPPROTO_UDP || ip->ihl < 5) return NULL;
+    if ((void*)(ip + 1) > data_end) return 0;
+    if (ip->protocol != IPPROTO_UDP || ip->ihl < 5) return 0;
     // Fragments (MF set or offset non-zero) go to the kernel to reassemble.
-    if (ip->frag_off & bpf_htons(0x3FFF)) return NULL;
+    if (ip->frag_off & bpf_htons(0x3FFF)) return 0;
     struct udphdr* udp = (void*)ip + ip->ihl * 4;
-    if ((void*)(udp + 1) > data_end) return NULL;
-    return udp;
+    if ((void*)(udp + 1) > data_end) return 0;
+    return udp->dest;
   }
   if (proto == bpf_htons(ETH_P_IPV6)) {
     struct ipv6hdr* ip6 = l3;
-    if ((void*)(ip6 + 1) > data_end) return NULL;
+    if ((void*)(ip6 + 1) > data_end) return 0;
     // MetaRoCE sends no IPv6 extension headers (docs/protocol.md §2).
-    if (ip6->nexthdr != IPPROTO_UDP) return NULL;
+    if (ip6->nexthdr != IPPROTO_UDP) return 0;
     struct udphdr* udp = (void*)(ip6 + 1);
-    if ((void*)(udp + 1) > data_end) return NULL;
-    return udp;
+    if ((void*)(udp + 1) > data_end) return 0;
+    return udp->dest;
   }
-  return NULL;
+  return 0;
 }
 
 SEC("xdp")
 int metaroce_xdp(struct xdp_md* ctx) {
   void* data = (void*)(long)ctx->data;
   void* data_end = (void*)(long)ctx->data_end;
-  struct udphdr* udp = find_udp(data, data_end);
-  if (udp && udp->dest == cfg.udp_port) {
+  if (udp_dest(data, data_end) == cfg.udp_port) {
     count(0);
     // XDP_PASS in the flags: the action when no socket is at this index.
     return bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);

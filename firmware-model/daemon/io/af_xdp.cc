@@ -55,7 +55,7 @@ constexpr uint64_t kMinUmem = 1u << 20;
 const LogSink* g_open_log = nullptr;
 int forward_print(LogLevel level, const char* fmt, va_list ap) {
   if (!g_open_log || !*g_open_log) return 0;
-  char buf[512];
+  char buf[16384];
   vsnprintf(buf, sizeof(buf), fmt, ap);
   std::string_view s(buf);
   while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
@@ -141,6 +141,9 @@ class AfXdp final : public PacketIo {
     int n = 0;
     uint32_t used = 0;  // descriptors making up complete frames
     gather_used_ = 0;
+    // Sized before any frame points into it: no reallocation mid-burst.
+    size_t gather_need = out.size() * static_cast<size_t>(slot_chunks_) * chunk_;
+    if (multi_buffer_ && gather_.size() < gather_need) gather_.resize(gather_need);
     while (used < got && n < static_cast<int>(out.size())) {
       uint32_t frags = frame_descs(idx + used, got - used);
       if (!frags) break;  // the rest of this frame is not in the ring yet
@@ -261,8 +264,6 @@ class AfXdp final : public PacketIo {
 
   // A multi-buffer frame: copied into scratch so the caller sees one span.
   RxFrame gather(uint32_t idx, uint32_t frags) {
-    size_t need = (gather_used_ + 1) * static_cast<size_t>(slot_chunks_) * chunk_;
-    if (gather_.size() < need) gather_.resize(need);
     uint8_t* dst = gather_.data() + gather_used_ * static_cast<size_t>(slot_chunks_) * chunk_;
     uint32_t len = 0;
     for (uint32_t i = 0; i < frags; ++i) {

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Packet I/O end to end: two namespaces (mroce-ioa-PID, mroce-iob-PID) joined
+# by a veth pair, 10.77.0.1/24 + fd77::1/64 on `va`, 10.77.0.2/24 + fd77::2/64
+# on `vb`. io_pingpong sends real MetaRoCE frames (proto::build_frame, ICRC)
+# over AF_XDP and AF_PACKET; the cases check they arrive intact, that other
+# traffic still reaches the kernel while our XDP program is attached, that the
+# program dies with the process (kill -9), and print frame rates and RTTs.
+set -u
+. tests/lib/e2e.sh
+PP=$(pwd)/tests/io/io_pingpong
+NA=mroce-ioa-$$; NB=mroce-iob-$$
+TMP=$(mktemp -d)
+
+# Ends what the current case started (pids in $TMP/pids) and restores the MTU.
+# Runs as the EXIT trap of each case's subshell (set -e there): keeps the
+# case's exit status and never fails itself.
+stop_bg() {
+  local rc=$? p
+  set +e
+  if [ -f "$TMP/pids" ]; then
+    while read -r p; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done < "$TMP/pids"
+    : > "$TMP/pids"
+  fi
+  ip -n "$NA" link set va mtu 1500 2>/dev/null; ip -n "$NB" link set vb mtu 1500 2>/dev/null
+  return $rc
+}
+
+cleanup() {
+  stop_bg
+  ip netns del "$NA" 2>/dev/null; ip netns del "$NB" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# track PID: remember a background process of this case.
+track() { echo "$1" >> "$TMP/pids"; e2e_track_pid "$1"; }
+
+# bg NS ARGS...: starts io_pingpong in NS in the background (output to
+# /dev/null); its pid is in BG_PID.
+bg() {
+  local ns=$1; shift
+  ip netns exec "$ns" "$PP" "$@" >/dev/null 2>&1 &
+  BG_PID=$!
+  track "$BG_PID"
+}
+
+wait_file() {  # wait_file PATH: up to 10 s
+  for _ in $(seq 100); do [ -s "$1" ] && return 0; sleep 0.1; done
+  echo "timed out waiting for $1" >&2; return 1
+}
+
+setup() {
+  ip netns add "$NA" && ip netns add "$NB" || return 1
+  ip link add va netns "$NA" type veth peer name vb netns "$NB" || return 1
+  ip -n "$NA" addr add 10.77.0.1/24 dev va
+  ip -n "$NB" addr add 10.77.0.2/24 dev vb
+  ip -n "$NA" addr add fd77::1/64 dev va nodad
+  ip -n "$NB" addr add fd77::2/64 dev vb nodad
+  for ns in "$NA" "$NB"; do ip -n "$ns" link set lo up; done
+  ip -n "$NA" link set va up && ip -n "$NB" link set vb up || return 1
+  MAC_A=$(ip netns exec "$NA" cat /sys/class/net/va/address)
+  MAC_B=$(ip netns exec "$NB" cat /sys/class/net/vb/address)
+}
+
+set_mtu() { ip -n "$NA" link set va mtu "$1"; ip -n "$NB" link set vb mtu "$1"; }
+
+# transfer RX_BACKEND TX_BACKEND COUNT SIZE PACE_US EXPECT [extra sink args] [-- extra source args]
+# Sink in B, source in A (A -> B, IPv4 unless SRC/DST set).
+transfer() {
+  local rx=$1 tx=$2 count=$3 size=$4 pace=$5 expect=$6; shift 6
+  local sink_args=() src_args=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do sink_args+=("$1"); shift; done
+  [ $# -gt 0 ] && shift && src_args=("$@")
+  local ready=$TMP/ready.$RANDOM out=$TMP/sink.$RANDOM
+  rm -f "$ready"
+  ip netns exec "$NB" "$PP" --role=sink --if=vb --io="$rx" --count="$count" --expect="$expect" \
+      --timeout=10 --ready-file="$ready" "${sink_args[@]}" >"$out" 2>&1 &
+  local sink=$!; track "$sink"
+  wait_file "$ready" || { cat "$out"; return 1; }
+  ip netns exec "$NA" "$PP" --role=source --if=va --io="$tx" --src-ip="${SRC:-10.77.0.1}" \
+      --dst-ip="${DST:-10.77.0.2}" --dst-mac="$MAC_B" --count="$count" --size="$size" \
+      --pace-us="$pace" "${src_args[@]}" | grep -E '^source:'
+  local rc=0
+  wait "$sink" || rc=$?
+  grep -E '^(backend|sink|\[io\] .*(fall|limit))' "$out"
+  [ $rc = 0 ] || { cat "$out" >&2; return 1; }
+}
+
+xdp_attached() { ip -n "$NB" -d link show dev vb | grep -q 'prog/xdp'; }
+
+case_xdp_rx_intact() { trap 'stop_bg; exit $?' EXIT; transfer xdp packet 3000 1024 100 3000; }
+case_xdp_rx_generic_ipv6() { trap 'stop_bg; exit $?' EXIT; SRC=fd77::1 DST=fd77::2 transfer xdp packet 3000 1400 100 3000 --xdp-mode=generic; }
+case_packet_rx_intact_xdp_tx() { trap 'stop_bg; exit $?' EXIT; transfer packet xdp 3000 1024 100 3000; }
+case_packet_v3_rx_intact() { trap 'stop_bg; exit $?' EXIT; transfer packet packet 3000 1514 100 3000 --ring=v3; }
+
+case_xdp_multi_buffer_4k() { trap 'stop_bg; exit $?' EXIT;
+  set_mtu 4200
+  transfer xdp packet 2000 4150 200 2000 --xdp-mode=native
+  transfer xdp packet 2000 4150 200 2000 --xdp-mode=generic
+}
+
+case_kernel_traffic_passes_while_attached() { trap 'stop_bg; exit $?' EXIT;
+  local ready=$TMP/hold.ready
+  bg "$NB" --role=hold --if=vb --io=xdp --ready-file="$ready"
+  wait_file "$ready"
+  xdp_attached || e2e_fail "our XDP program is not attached to vb"
+  local uready=$TMP/udp.ready
+  bg "$NB" --role=udp-server --port=9999 --timeout=5 --ready-file="$uready"
+  wait_file "$uready"
+  ip netns exec "$NA" "$PP" --role=icmp-ping --dst-ip=10.77.0.2 --count=5
+  ip netns exec "$NA" "$PP" --role=udp-client --dst-ip=10.77.0.2 --port=9999 --count=5
+  ip netns exec "$NA" "$PP" --role=udp-client --dst-ip=fd77::2 --port=9999 --count=5
+}
+
+case_xdp_program_dies_with_kill_9() { trap 'stop_bg; exit $?' EXIT;
+  local ready=$TMP/hold2.ready pid
+  bg "$NB" --role=hold --if=vb --io=xdp --ready-file="$ready"
+  pid=$BG_PID
+  wait_file "$ready"
+  xdp_attached || e2e_fail "XDP program not attached while io_pingpong (pid $pid) runs"
+  ip -n "$NB" -d link show dev vb | grep -o 'prog/xdp id [0-9]*' || true
+  kill -9 "$pid"
+  for _ in $(seq 50); do xdp_attached || break; sleep 0.1; done
+  if xdp_attached; then ip -n "$NB" -d link show dev vb; e2e_fail "XDP program still attached after kill -9"; fi
+  echo "XDP program detached after kill -9 of pid $pid"
+}
+
+case_auto_falls_back_to_af_packet() { trap 'stop_bg; exit $?' EXIT;
+  local ready=$TMP/hold3.ready out=$TMP/auto.out
+  bg "$NB" --role=hold --if=vb --io=xdp --xdp-mode=native --ready-file="$ready"
+  wait_file "$ready"
+  # vb is taken by the first process' program: a second one must fall back.
+  ip netns exec "$NB" timeout 5 "$PP" --role=sink --if=vb --io=auto --count=1 --timeout=1 >"$out" 2>&1 || true
+  grep -E 'falling back|^backend' "$out"
+  grep -q '^backend af_packet' "$out" || e2e_fail "--io=auto did not fall back to AF_PACKET"
+}
+
+# Throughput: unpaced source (AF_PACKET sendmmsg) -> sink under test. Figures
+# only (noisy on a shared 2-vCPU VM); the case fails only if nothing arrives.
+case_rates() { trap 'stop_bg; exit $?' EXIT;
+  local size rx
+  for size in 1024 1514; do
+    for rx in "xdp --xdp-mode=native" "xdp --xdp-mode=generic" "packet --ring=v2" "packet --ring=v3"; do
+      set -- $rx
+      local b=$1; shift
+      echo "rate: $size B frames, rx $b $*"
+      transfer "$b" packet 200000 "$size" 0 1 "$@" | grep -E '^sink:'
+    done
+  done
+}
+
+case_round_trip() { trap 'stop_bg; exit $?' EXIT;
+  local b
+  for b in "xdp --xdp-mode=native" "xdp --xdp-mode=generic" "packet --ring=v2"; do
+    set -- $b
+    local io=$1; shift
+    local ready=$TMP/echo.$RANDOM
+    bg "$NB" --role=echo --if=vb --io="$io" "$@" --timeout=3 --ready-file="$ready"
+    wait_file "$ready"
+    echo -n "rtt $io $*: "
+    ip netns exec "$NA" "$PP" --role=ping --if=va --io=packet --src-ip=10.77.0.1 --dst-ip=10.77.0.2 \
+        --dst-mac="$MAC_B" --count=20000 --size=128 | grep -E '^ping:'
+    kill "$BG_PID" 2>/dev/null; wait "$BG_PID" 2>/dev/null || true
+  done
+}
+
+e2e_require_root
+if ! grep -qs 'CONFIG_XDP_SOCKETS=y' "/boot/config-$(uname -r)" 2>/dev/null &&
+   ! [ -e /proc/sys/net/core/bpf_jit_enable ]; then
+  echo "SKIP: no BPF support in this kernel"; E2E_SKIPPED=1; e2e_finish; exit 0
+fi
+setup || e2e_fail "could not create namespaces $NA/$NB with a veth pair"
+e2e_case xdp_rx_intact case_xdp_rx_intact
+e2e_case xdp_rx_generic_ipv6 case_xdp_rx_generic_ipv6
+e2e_case packet_rx_intact_xdp_tx case_packet_rx_intact_xdp_tx
+e2e_case packet_v3_rx_intact case_packet_v3_rx_intact
+e2e_case xdp_multi_buffer_4k case_xdp_multi_buffer_4k
+e2e_case kernel_traffic_passes_while_attached case_kernel_traffic_passes_while_attached
+e2e_case xdp_program_dies_with_kill_9 case_xdp_program_dies_with_kill_9
+e2e_case auto_falls_back_to_af_packet case_auto_falls_back_to_af_packet
+e2e_case rates case_rates
+e2e_case round_trip case_round_trip
+e2e_finish
