@@ -1,0 +1,426 @@
+// Queue pairs (RC only): control verbs over the socket, post_send and
+// post_recv into the shared SQ/RQ rings.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "provider/mroce.h"
+
+namespace {
+
+int bind_queues(struct mroce_qp *qp, const struct mroce_create_qp_resp *r) {
+  int err = mroce_ring_bind(&qp->sq.ring, qp->map, qp->map_len, 0, r->sq_entries,
+                            sizeof(struct mroce_send_wqe));
+  if (!err)
+    err = mroce_ring_bind(&qp->rq.ring, qp->map, qp->map_len, r->rq_offset, r->rq_entries,
+                          sizeof(struct mroce_recv_wqe));
+  if (err) return err;
+  qp->sq.prod = qp->sq.flushed = __atomic_load_n(&qp->sq.ring.hdr->producer, __ATOMIC_RELAXED);
+  qp->rq.prod = qp->rq.flushed = __atomic_load_n(&qp->rq.ring.hdr->producer, __ATOMIC_RELAXED);
+  pthread_spin_init(&qp->sq.lock, PTHREAD_PROCESS_PRIVATE);
+  pthread_spin_init(&qp->rq.lock, PTHREAD_PROCESS_PRIVATE);
+  return 0;
+}
+
+int map_qp(struct mroce_qp *qp, int memfd, const struct mroce_create_qp_resp *r) {
+  qp->map_len = r->ring_bytes;
+  qp->map = mmap(nullptr, qp->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (qp->map == MAP_FAILED) {
+    qp->map = nullptr;
+    return errno;
+  }
+  return bind_queues(qp, r);
+}
+
+int check_init_attr(struct mroce_context *ctx, const struct ibv_qp_init_attr *a) {
+  if (a->qp_type != IBV_QPT_RC || a->srq) return EOPNOTSUPP;
+  if (!a->send_cq || !a->recv_cq) return EINVAL;
+  const struct ibv_qp_cap &c = a->cap;
+  if (c.max_send_sge > ctx->dev_attr.max_sge || c.max_recv_sge > ctx->dev_attr.max_sge ||
+      c.max_send_wr > ctx->dev_attr.max_qp_wr || c.max_recv_wr > ctx->dev_attr.max_qp_wr ||
+      c.max_inline_data > ctx->dev_attr.max_inline)
+    return EINVAL;
+  return 0;
+}
+
+void link_qp(struct mroce_context *ctx, struct mroce_qp *qp, bool add) {
+  pthread_mutex_lock(&ctx->qp_lock);
+  if (add) {
+    qp->next = ctx->qp_list;
+    ctx->qp_list = qp;
+  } else {
+    for (struct mroce_qp **p = &ctx->qp_list; *p; p = &(*p)->next)
+      if (*p == qp) {
+        *p = qp->next;
+        break;
+      }
+  }
+  pthread_mutex_unlock(&ctx->qp_lock);
+}
+
+void cq_ref(struct ibv_cq *cq, int delta) {
+  __atomic_add_fetch(&to_mroce_cq(cq)->qp_refs, delta, __ATOMIC_ACQ_REL);
+}
+
+void fill_qp(struct mroce_qp *qp, struct ibv_pd *pd, const struct ibv_qp_init_attr *a,
+             const struct mroce_create_qp_resp *r) {
+  struct ibv_qp *q = &qp->vqp.qp;
+  q->context = pd->context;
+  q->qp_context = a->qp_context;
+  q->pd = pd;
+  q->send_cq = a->send_cq;
+  q->recv_cq = a->recv_cq;
+  q->handle = r->qpn;
+  q->qp_num = r->qpn;
+  q->state = IBV_QPS_RESET;
+  q->qp_type = IBV_QPT_RC;
+  qp->qpn = r->qpn;
+  qp->cap = r->cap;
+  qp->max_inline = r->cap.max_inline_data;
+  qp->sq.max_sge = r->cap.max_send_sge;
+  qp->rq.max_sge = r->cap.max_recv_sge;
+  qp->sq_sig_all = a->sq_sig_all;
+}
+
+void to_mroce_attr(const struct ibv_qp_attr *a, int mask, struct mroce_qp_attr *m) {
+  memset(m, 0, sizeof(*m));
+  m->attr_mask = static_cast<uint32_t>(mask);
+  m->qp_state = a->qp_state;
+  m->cur_qp_state = a->cur_qp_state;
+  m->path_mtu = a->path_mtu;
+  m->qp_access_flags = static_cast<uint32_t>(a->qp_access_flags);
+  m->rq_psn = a->rq_psn;
+  m->sq_psn = a->sq_psn;
+  m->dest_qp_num = a->dest_qp_num;
+  memcpy(m->dgid, a->ah_attr.grh.dgid.raw, sizeof(m->dgid));
+  m->flow_label = a->ah_attr.grh.flow_label;
+  m->sgid_index = a->ah_attr.grh.sgid_index;
+  m->hop_limit = a->ah_attr.grh.hop_limit;
+  m->traffic_class = a->ah_attr.grh.traffic_class;
+  m->is_global = a->ah_attr.is_global;
+  m->timeout = a->timeout;
+  m->retry_cnt = a->retry_cnt;
+  m->rnr_retry = a->rnr_retry;
+  m->min_rnr_timer = a->min_rnr_timer;
+  m->max_rd_atomic = a->max_rd_atomic;
+  m->max_dest_rd_atomic = a->max_dest_rd_atomic;
+  m->port_num = (mask & IBV_QP_PORT) ? a->port_num : (mask & IBV_QP_AV) ? a->ah_attr.port_num : 1;
+  m->pkey_index = a->pkey_index;
+  m->cap = {a->cap.max_send_wr, a->cap.max_recv_wr, a->cap.max_send_sge, a->cap.max_recv_sge,
+            a->cap.max_inline_data};
+}
+
+void from_mroce_attr(const struct mroce_qp_attr *m, struct ibv_qp_attr *a) {
+  memset(a, 0, sizeof(*a));
+  a->qp_state = static_cast<enum ibv_qp_state>(m->qp_state);
+  a->cur_qp_state = static_cast<enum ibv_qp_state>(m->cur_qp_state);
+  a->path_mtu = static_cast<enum ibv_mtu>(m->path_mtu);
+  a->path_mig_state = IBV_MIG_MIGRATED;
+  a->qp_access_flags = static_cast<int>(m->qp_access_flags);
+  a->rq_psn = m->rq_psn;
+  a->sq_psn = m->sq_psn;
+  a->dest_qp_num = m->dest_qp_num;
+  memcpy(a->ah_attr.grh.dgid.raw, m->dgid, sizeof(m->dgid));
+  a->ah_attr.grh.flow_label = m->flow_label;
+  a->ah_attr.grh.sgid_index = m->sgid_index;
+  a->ah_attr.grh.hop_limit = m->hop_limit;
+  a->ah_attr.grh.traffic_class = m->traffic_class;
+  a->ah_attr.is_global = m->is_global;
+  a->ah_attr.port_num = m->port_num;
+  a->timeout = m->timeout;
+  a->retry_cnt = m->retry_cnt;
+  a->rnr_retry = m->rnr_retry;
+  a->min_rnr_timer = m->min_rnr_timer;
+  a->max_rd_atomic = m->max_rd_atomic;
+  a->max_dest_rd_atomic = m->max_dest_rd_atomic;
+  a->port_num = m->port_num;
+  a->sq_draining = m->sq_draining;
+  a->pkey_index = m->pkey_index;
+}
+
+void ring_doorbell(struct mroce_qp *qp, struct mroce_ring *ring) {
+  if (!mroce_ring_nic_sleeping(ring)) return;
+  uint64_t one = 1;
+  ssize_t n = write(to_mroce_ctx(qp->vqp.qp.context)->doorbell_fd, &one, sizeof(one));
+  (void)n;  // an eventfd write only fails on counter overflow: the NIC is awake then
+}
+
+bool opcode_supported(enum ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_atomic(enum ibv_wr_opcode op) {
+  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+// Copies the gather list into the WQE's inline area.
+int build_inline(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
+  if (wr->opcode == IBV_WR_RDMA_READ || is_atomic(wr->opcode)) return EINVAL;
+  size_t len = 0;
+  for (int i = 0; i < wr->num_sge; i++) {
+    const struct ibv_sge &s = wr->sg_list[i];
+    if (len + s.length > qp->max_inline) return EINVAL;
+    memcpy(w->u.inline_data + len, reinterpret_cast<const void *>(s.addr), s.length);
+    len += s.length;
+  }
+  w->inline_len = static_cast<uint16_t>(len);
+  w->num_sge = 0;
+  return 0;
+}
+
+int build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
+  if (!opcode_supported(wr->opcode) || wr->num_sge < 0 ||
+      static_cast<uint32_t>(wr->num_sge) > qp->sq.max_sge)
+    return EINVAL;
+  memset(w, 0, offsetof(struct mroce_send_wqe, u));
+  w->wr_id = wr->wr_id;
+  w->opcode = static_cast<uint8_t>(wr->opcode);
+  w->send_flags = wr->send_flags;
+  if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+    w->imm = ntohl(wr->imm_data);
+  if (is_atomic(wr->opcode)) {
+    w->remote_addr = wr->wr.atomic.remote_addr;
+    w->rkey = wr->wr.atomic.rkey;
+    w->compare_add = wr->wr.atomic.compare_add;
+    w->swap = wr->wr.atomic.swap;
+  } else if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) {
+    w->remote_addr = wr->wr.rdma.remote_addr;
+    w->rkey = wr->wr.rdma.rkey;
+  }
+  if (wr->send_flags & IBV_SEND_INLINE) return build_inline(qp, wr, w);
+  w->num_sge = static_cast<uint8_t>(wr->num_sge);
+  for (int i = 0; i < wr->num_sge; i++)
+    w->u.sg[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+  return 0;
+}
+
+bool sq_open(const struct ibv_qp *q) {
+  return q->state != IBV_QPS_RESET && q->state != IBV_QPS_INIT && q->state != IBV_QPS_RTR;
+}
+
+enum ibv_wc_opcode wc_opcode_of(uint8_t wr_opcode) {
+  switch (wr_opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+// Flush completions for slots [max(flushed, NIC consumer), prod) of one queue.
+int flush_wq(struct mroce_qp *qp, struct mroce_wq *wq, bool send, int max, struct ibv_wc *wc) {
+  pthread_spin_lock(&wq->lock);
+  uint32_t from = mroce_ring_load_consumer(&wq->ring);
+  if (static_cast<int32_t>(wq->flushed - from) > 0) from = wq->flushed;
+  int n = 0;
+  for (; n < max && from != wq->prod; n++, from++) {
+    memset(&wc[n], 0, sizeof(wc[n]));
+    wc[n].status = IBV_WC_WR_FLUSH_ERR;
+    wc[n].qp_num = qp->qpn;
+    if (send) {
+      auto *w = static_cast<const struct mroce_send_wqe *>(mroce_ring_slot(&wq->ring, from));
+      wc[n].wr_id = w->wr_id;
+      wc[n].opcode = wc_opcode_of(w->opcode);
+    } else {
+      auto *w = static_cast<const struct mroce_recv_wqe *>(mroce_ring_slot(&wq->ring, from));
+      wc[n].wr_id = w->wr_id;
+      wc[n].opcode = IBV_WC_RECV;
+    }
+  }
+  wq->flushed = from;
+  pthread_spin_unlock(&wq->lock);
+  return n;
+}
+
+}  // namespace
+
+struct ibv_qp *mroce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) {
+  struct mroce_context *ctx = to_mroce_ctx(pd->context);
+  int err = check_init_attr(ctx, attr);
+  if (err) {
+    errno = err;
+    return nullptr;
+  }
+  auto *qp = static_cast<struct mroce_qp *>(calloc(1, sizeof(struct mroce_qp)));
+  if (!qp) return nullptr;
+  struct mroce_create_qp_req req = {};
+  req.user_handle = reinterpret_cast<uintptr_t>(&qp->vqp.qp);
+  req.pdn = to_mroce_pd(pd)->pdn;
+  req.send_cqn = to_mroce_cq(attr->send_cq)->cqn;
+  req.recv_cqn = to_mroce_cq(attr->recv_cq)->cqn;
+  req.sq_sig_all = attr->sq_sig_all ? 1 : 0;
+  req.cap = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
+             attr->cap.max_recv_sge, attr->cap.max_inline_data};
+  req.qp_type = IBV_QPT_RC;
+  struct mroce_create_qp_resp resp;
+  int memfd = -1;
+  struct mroce_call call = {MROCE_OP_CREATE_QP, &req, sizeof(req), -1, &resp, sizeof(resp),
+                            &memfd, 1};
+  err = mroce_ctrl_call(ctx, &call);
+  if (!err) {
+    err = map_qp(qp, memfd, &resp);
+    close(memfd);
+    if (err) {
+      if (qp->map) munmap(qp->map, qp->map_len);
+      mroce_ctrl_handle(ctx, MROCE_OP_DESTROY_QP, resp.qpn);
+    }
+  }
+  if (err) {
+    free(qp);
+    errno = err;
+    return nullptr;
+  }
+  fill_qp(qp, pd, attr, &resp);
+  attr->cap = {resp.cap.max_send_wr, resp.cap.max_recv_wr, resp.cap.max_send_sge,
+               resp.cap.max_recv_sge, resp.cap.max_inline_data};
+  cq_ref(attr->send_cq, 1);
+  cq_ref(attr->recv_cq, 1);
+  link_qp(ctx, qp, true);
+  return &qp->vqp.qp;
+}
+
+int mroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask) {
+  struct mroce_qp *qp = to_mroce_qp(ibqp);
+  struct mroce_modify_qp_req req = {};
+  req.qpn = qp->qpn;
+  to_mroce_attr(attr, attr_mask, &req.attr);
+  struct mroce_call call = {MROCE_OP_MODIFY_QP, &req, sizeof(req), -1, nullptr, 0, nullptr, 0};
+  int err = mroce_ctrl_call(to_mroce_ctx(ibqp->context), &call);
+  if (err) return err;
+  if (attr_mask & IBV_QP_STATE) {
+    // post_send checks the state under the SQ lock.
+    pthread_spin_lock(&qp->sq.lock);
+    ibqp->state = attr->qp_state;
+    pthread_spin_unlock(&qp->sq.lock);
+  }
+  return 0;
+}
+
+int mroce_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
+                   struct ibv_qp_init_attr *init_attr) {
+  struct mroce_qp *qp = to_mroce_qp(ibqp);
+  struct mroce_handle_req req = {qp->qpn, 0};
+  struct mroce_query_qp_resp resp;
+  struct mroce_call call = {MROCE_OP_QUERY_QP, &req, sizeof(req), -1, &resp, sizeof(resp),
+                            nullptr, 0};
+  int err = mroce_ctrl_call(to_mroce_ctx(ibqp->context), &call);
+  if (err) return err;
+  from_mroce_attr(&resp.attr, attr);
+  // Capacities are the QP's own, whatever the daemon echoes.
+  attr->cap = {qp->cap.max_send_wr, qp->cap.max_recv_wr, qp->cap.max_send_sge,
+               qp->cap.max_recv_sge, qp->cap.max_inline_data};
+  memset(init_attr, 0, sizeof(*init_attr));
+  init_attr->qp_context = ibqp->qp_context;
+  init_attr->send_cq = ibqp->send_cq;
+  init_attr->recv_cq = ibqp->recv_cq;
+  init_attr->cap = attr->cap;
+  init_attr->qp_type = IBV_QPT_RC;
+  init_attr->sq_sig_all = static_cast<int>(qp->sq_sig_all);
+  (void)attr_mask;  // everything is reported; libibverbs reads what it asked for
+  return 0;
+}
+
+int mroce_destroy_qp(struct ibv_qp *ibqp) {
+  struct mroce_qp *qp = to_mroce_qp(ibqp);
+  struct mroce_context *ctx = to_mroce_ctx(ibqp->context);
+  int err = mroce_ctrl_handle(ctx, MROCE_OP_DESTROY_QP, qp->qpn);
+  if (err && !mroce_dead(ctx)) return err;
+  link_qp(ctx, qp, false);
+  cq_ref(ibqp->send_cq, -1);
+  cq_ref(ibqp->recv_cq, -1);
+  munmap(qp->map, qp->map_len);
+  pthread_spin_destroy(&qp->sq.lock);
+  pthread_spin_destroy(&qp->rq.lock);
+  free(qp);
+  return 0;
+}
+
+int mroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr) {
+  struct mroce_qp *qp = to_mroce_qp(ibqp);
+  struct mroce_wq *sq = &qp->sq;
+  int err = 0;
+  pthread_spin_lock(&sq->lock);
+  uint32_t start = sq->prod;
+  if (mroce_dead(to_mroce_ctx(ibqp->context)))
+    err = EIO;
+  else if (!sq_open(ibqp))
+    err = EINVAL;
+  for (; wr && !err; wr = wr->next) {
+    if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= sq->ring.entries) {
+      err = ENOMEM;
+      break;
+    }
+    auto *w = static_cast<struct mroce_send_wqe *>(mroce_ring_slot(&sq->ring, sq->prod));
+    err = build_send_wqe(qp, wr, w);
+    if (!err) sq->prod++;
+  }
+  bool posted = sq->prod != start;
+  if (posted) mroce_ring_publish_producer(&sq->ring, sq->prod);
+  pthread_spin_unlock(&sq->lock);
+  if (posted) ring_doorbell(qp, &sq->ring);
+  if (err) *bad_wr = wr;
+  return err;
+}
+
+int mroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr) {
+  struct mroce_qp *qp = to_mroce_qp(ibqp);
+  struct mroce_wq *rq = &qp->rq;
+  int err = mroce_dead(to_mroce_ctx(ibqp->context)) ? EIO : 0;
+  pthread_spin_lock(&rq->lock);
+  uint32_t start = rq->prod;
+  for (; wr && !err; wr = wr->next) {
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > rq->max_sge) {
+      err = EINVAL;
+      break;
+    }
+    if (rq->prod - mroce_ring_load_consumer(&rq->ring) >= rq->ring.entries) {
+      err = ENOMEM;
+      break;
+    }
+    auto *w = static_cast<struct mroce_recv_wqe *>(mroce_ring_slot(&rq->ring, rq->prod));
+    w->wr_id = wr->wr_id;
+    w->num_sge = static_cast<uint32_t>(wr->num_sge);
+    w->reserved = 0;
+    for (int i = 0; i < wr->num_sge; i++)
+      w->sg[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+    rq->prod++;
+  }
+  bool posted = rq->prod != start;
+  if (posted) mroce_ring_publish_producer(&rq->ring, rq->prod);
+  pthread_spin_unlock(&rq->lock);
+  if (posted) ring_doorbell(qp, &rq->ring);
+  if (err) *bad_wr = wr;
+  return err;
+}
+
+int mroce_flush_cq(struct mroce_context *ctx, struct mroce_cq *cq, int max, struct ibv_wc *wc) {
+  int n = 0;
+  pthread_mutex_lock(&ctx->qp_lock);
+  for (struct mroce_qp *qp = ctx->qp_list; qp && n < max; qp = qp->next) {
+    if (to_mroce_cq(qp->vqp.qp.send_cq) == cq) n += flush_wq(qp, &qp->sq, true, max - n, wc + n);
+    if (to_mroce_cq(qp->vqp.qp.recv_cq) == cq) n += flush_wq(qp, &qp->rq, false, max - n, wc + n);
+  }
+  pthread_mutex_unlock(&ctx->qp_lock);
+  return n;
+}
