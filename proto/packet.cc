@@ -18,7 +18,7 @@ namespace {
 // Bits of the MBTH flags word and ACKH ack_flags that v1 defines; the rest
 // are reserved: written 0, ignored on parse (docs/protocol.md §3, §9).
 constexpr uint16_t kMbthFlagsMask = kFlagSolicited | kFlagAckReq | kFlagRetransmit | kFlagLast;
-constexpr uint8_t kAckFlagsMask = 0x01;
+constexpr uint8_t kAckFlagsMask = kAckFlagCe | kAckFlagDup;
 constexpr uint8_t kRnrTimerMask = 0x1F;
 constexpr uint32_t kQpnMask = 0xFFFFFF;
 

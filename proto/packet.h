@@ -115,11 +115,14 @@ struct Ackh {
   uint32_t credit = 0;     // receiver grant: packets the sender may have in flight
   uint16_t ce_count = 0;   // ECN CE-marked packets since the previous ACK
   uint8_t echo_path = 0;   // path_id of the triggering packet
-  uint8_t ack_flags = 0;   // bit0: triggering packet was CE-marked
+  uint8_t ack_flags = 0;   // kAckFlag* below; other bits reserved
   uint32_t rcv_msn = 0;    // messages completed in order at the responder
   bool operator==(const Ackh&) const = default;
 };
 inline constexpr size_t kAckhLen = 28;
+// Ackh.ack_flags bits (docs/protocol.md §3.7).
+inline constexpr uint8_t kAckFlagCe = 1u << 0;   // triggering packet was CE-marked
+inline constexpr uint8_t kAckFlagDup = 1u << 1;  // triggering packet was a duplicate
 
 // docs/protocol.md §3.8: NACK reason codes.
 enum class NackReason : uint8_t {

@@ -39,7 +39,7 @@ Packet random_packet(Opcode op, std::mt19937_64& rng, Bytes& payload_store) {
       case Ext::kAckh:
         p.ack = {static_cast<uint32_t>(rng()), rng(), static_cast<uint32_t>(rng()),
                  static_cast<uint32_t>(rng()), static_cast<uint16_t>(rng()),
-                 static_cast<uint8_t>(rng()), static_cast<uint8_t>(rng() & 1),
+                 static_cast<uint8_t>(rng()), static_cast<uint8_t>(rng() & 3),
                  static_cast<uint32_t>(rng())};
         break;
       case Ext::kNackh:
@@ -140,7 +140,7 @@ TEST_CASE("build_transport__reserved_bits_written_zero") {
   CHECK(b[2] == 0x00);
   CHECK(b[3] == 0x0F);
   CHECK(b[4] == 0x00);  // path_id, not qpn overflow
-  CHECK(b[24 + 23] == 0x01);
+  CHECK(b[24 + 23] == 0x03);  // CE and DUP; bits 2-7 reserved
   auto parsed = parse_transport(b);
   REQUIRE(parsed.ok());
   CHECK(parsed.value().mbth.flags == 0x0F);

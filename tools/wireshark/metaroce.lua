@@ -79,6 +79,7 @@ local f = {
   ack_echo_path = ProtoField.uint8("metaroce.ackh.echo_path", "Echoed path ID", base.DEC),
   ack_flags = ProtoField.uint8("metaroce.ackh.ack_flags", "ACK flags", base.HEX),
   ack_flag_ce = ProtoField.bool("metaroce.ackh.ack_flags.ce", "Triggering packet CE-marked", 8, nil, 0x01),
+  ack_flag_dup = ProtoField.bool("metaroce.ackh.ack_flags.dup", "Triggering packet was a duplicate", 8, nil, 0x02),
   ack_rcv_msn = ProtoField.uint32("metaroce.ackh.rcv_msn", "Receiver MSN", base.DEC),
   -- NACKH (§3.8)
   nack_reason = ProtoField.uint8("metaroce.nackh.reason", "Reason", base.DEC, nack_reasons),
@@ -149,7 +150,7 @@ local EXTS = {
     if #psns > 0 then t:add(f.ack_sacked, r(4, 8), table.concat(psns, ", ")) end
     t:add(f.ack_echo_ts, r(12, 4)); t:add(f.ack_credit, r(16, 4))
     t:add(f.ack_ce_count, r(20, 2)); t:add(f.ack_echo_path, r(22, 1))
-    local fl = t:add(f.ack_flags, r(23, 1)); fl:add(f.ack_flag_ce, r(23, 1))
+    local fl = t:add(f.ack_flags, r(23, 1)); fl:add(f.ack_flag_ce, r(23, 1)); fl:add(f.ack_flag_dup, r(23, 1))
     t:add(f.ack_rcv_msn, r(24, 4))
     return sack
   end },
