@@ -54,6 +54,11 @@ FakeDaemon::FakeDaemon() {
   thread_ = std::thread([this] { serve(); });
 }
 
+FakeDaemon::FakeDaemon(int server_fd) : server_fd_(server_fd) {
+  doorbell_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  thread_ = std::thread([this] { serve(); });
+}
+
 FakeDaemon::~FakeDaemon() {
   hang_up();
   thread_.join();

@@ -18,6 +18,7 @@ namespace mroce_test {
 class FakeDaemon {
  public:
   FakeDaemon();
+  explicit FakeDaemon(int server_fd);  // serve an accepted connection
   ~FakeDaemon();
 
   int client_fd() const { return client_fd_; }   // hand to mroce_context_open
