@@ -1,0 +1,92 @@
+#include "tools/ctl/format.h"
+
+#include <algorithm>
+
+namespace metaroce::ctl {
+
+namespace {
+
+const char* daemon_text(DaemonState s) {
+  switch (s) {
+    case DaemonState::kRunning: return "running";
+    case DaemonState::kNotRunning: return "not-running";
+    case DaemonState::kUnknown: break;
+  }
+  return "unknown";
+}
+
+std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
+
+// Groups in print order, and the name prefixes that select them. Engine
+// counters have no common prefix: whatever matches nothing is "transport".
+struct GroupRule {
+  std::string_view prefix;
+  std::string_view group;
+};
+constexpr GroupRule kRules[] = {
+    {"ctrl_", "control"},    {"clients_", "control"},  {"tx_drop_", "daemon"},
+    {"wqe_", "daemon"},      {"cq_event", "daemon"},   {"async_event", "daemon"},
+    {"doorbell_", "daemon"}, {"dma_", "dma"},          {"io_", "io"},
+};
+constexpr std::string_view kGroupOrder[] = {"transport", "daemon", "dma", "io", "control"};
+
+}  // namespace
+
+std::string_view counter_group(std::string_view name) {
+  for (const GroupRule& r : kRules) {
+    if (name.substr(0, r.prefix.size()) == r.prefix) return r.group;
+  }
+  return "transport";
+}
+
+std::string format_device(const DeviceInfo& d, DaemonState daemon) {
+  std::string s = d.name + ": state " + or_dash(d.state) + " physical_state " +
+                  or_dash(d.phys_state) + " netdev " + or_dash(d.netdev) + " node_guid " +
+                  or_dash(d.node_guid);
+  if (!d.fw_ver.empty()) s += " fw " + d.fw_ver;
+  s += " daemon " + std::string(daemon_text(daemon)) + "\n";
+  for (const Gid& g : d.gids) {
+    s += "    gid " + std::to_string(g.index) + " " + g.raw;
+    if (!g.ip.empty()) s += " (" + g.ip + ")";
+    if (!g.type.empty()) s += " " + g.type;
+    s += "\n";
+  }
+  if (d.gids.empty()) s += "    no GIDs (the interface has no IP address)\n";
+  return s;
+}
+
+std::string format_link(const DeviceInfo& d, DaemonState daemon, int pid) {
+  std::string s = "link " + d.name + "/1 state " + or_dash(d.state) + " netdev " +
+                  or_dash(d.netdev) + " daemon " + daemon_text(daemon);
+  if (pid > 0) s += " pid " + std::to_string(pid);
+  return s + " socket " + d.socket_path + "\n";
+}
+
+std::string format_counters(const std::string& title, const std::vector<Counter>& counters,
+                            bool all) {
+  std::string s = title + ":\n";
+  size_t width = 0;
+  for (const Counter& c : counters) {
+    if (all || c.value) width = std::max(width, c.name.size());
+  }
+  bool any = false;
+  for (std::string_view group : kGroupOrder) {
+    std::string lines;
+    for (const Counter& c : counters) {
+      if (counter_group(c.name) != group || (!all && c.value == 0)) continue;
+      lines += "    " + c.name + std::string(width - c.name.size() + 1, ' ') +
+               std::to_string(c.value) + "\n";
+    }
+    if (lines.empty()) continue;
+    s += "  " + std::string(group) + ":\n" + lines;
+    any = true;
+  }
+  if (!any) {
+    s += counters.empty() ? "  (no counters)\n"
+                          : "  all " + std::to_string(counters.size()) +
+                                " counters are zero (-a shows them)\n";
+  }
+  return s;
+}
+
+}  // namespace metaroce::ctl

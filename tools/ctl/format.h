@@ -1,0 +1,39 @@
+// metaroce-ctl's output: plain text, one object per block, stable field
+// names a script can grep (like iproute2's `rdma`). Pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tools/ctl/sysfs.h"
+
+namespace metaroce::ctl {
+
+struct Counter {
+  std::string name;
+  uint64_t value = 0;
+};
+
+// Whether a metaroced answers on the device's socket.
+enum class DaemonState { kUnknown, kRunning, kNotRunning };
+
+// "metaroce0: state ACTIVE physical_state LinkUp netdev mroce-va node_guid ..."
+// then one indented line per non-zero GID.
+std::string format_device(const DeviceInfo& d, DaemonState daemon);
+
+// "link metaroce2/1 state ACTIVE netdev veth-c daemon running pid 812 socket PATH"
+std::string format_link(const DeviceInfo& d, DaemonState daemon, int pid);
+
+// The group a counter belongs to: "transport" (the engine), "control",
+// "daemon", "dma" or "io" (packet I/O backend), by name.
+std::string_view counter_group(std::string_view name);
+
+// "TITLE:" then, per group in a fixed order, "  group:" and "    name value"
+// lines, aligned. Without `all` zero counters are left out (and groups
+// that become empty); if nothing is left a line says so.
+std::string format_counters(const std::string& title, const std::vector<Counter>& counters,
+                            bool all);
+
+}  // namespace metaroce::ctl

@@ -1,0 +1,93 @@
+#include "tools/ctl/format.h"
+
+#include <doctest/doctest.h>
+
+namespace metaroce::ctl {
+namespace {
+
+DeviceInfo device() {
+  DeviceInfo d;
+  d.name = "metaroce0";
+  d.node_guid = "0200:5eff:fe00:0001";
+  d.state = "ACTIVE";
+  d.phys_state = "LinkUp";
+  d.netdev = "mroce-va";
+  d.gids = {{1, "0000:0000:0000:0000:0000:ffff:0a4d:0001", "10.77.0.1", "RoCE v2"}};
+  d.socket_path = "/run/metaroce/metaroce0.sock";
+  return d;
+}
+
+TEST_CASE("format_device__state_netdev_guid_and_gids") {
+  CHECK(format_device(device(), DaemonState::kRunning) ==
+        "metaroce0: state ACTIVE physical_state LinkUp netdev mroce-va node_guid "
+        "0200:5eff:fe00:0001 daemon running\n"
+        "    gid 1 0000:0000:0000:0000:0000:ffff:0a4d:0001 (10.77.0.1) RoCE v2\n");
+}
+
+TEST_CASE("format_device__missing_fields_print_a_dash_and_no_gids_says_why") {
+  DeviceInfo d;
+  d.name = "metaroce5";
+  CHECK(format_device(d, DaemonState::kNotRunning) ==
+        "metaroce5: state - physical_state - netdev - node_guid - daemon not-running\n"
+        "    no GIDs (the interface has no IP address)\n");
+}
+
+TEST_CASE("format_link__with_and_without_pid") {
+  CHECK(format_link(device(), DaemonState::kRunning, 812) ==
+        "link metaroce0/1 state ACTIVE netdev mroce-va daemon running pid 812 socket "
+        "/run/metaroce/metaroce0.sock\n");
+  CHECK(format_link(device(), DaemonState::kNotRunning, 0) ==
+        "link metaroce0/1 state ACTIVE netdev mroce-va daemon not-running socket "
+        "/run/metaroce/metaroce0.sock\n");
+}
+
+TEST_CASE("counter_group__by_prefix") {
+  CHECK(counter_group("tx_packets") == "transport");
+  CHECK(counter_group("rx_drop_bad_icrc") == "transport");
+  CHECK(counter_group("tx_drop_no_neighbor") == "daemon");
+  CHECK(counter_group("cq_events") == "daemon");
+  CHECK(counter_group("cq_overflows") == "transport");
+  CHECK(counter_group("ctrl_requests") == "control");
+  CHECK(counter_group("clients_opened") == "control");
+  CHECK(counter_group("dma_read_bytes") == "dma");
+  CHECK(counter_group("io_rx_frames") == "io");
+}
+
+const std::vector<Counter> kCounters = {
+    {"tx_packets", 12},  {"rx_packets", 0},       {"ctrl_requests", 3},
+    {"io_rx_frames", 5}, {"tx_drop_too_big", 0},
+};
+
+TEST_CASE("format_counters__non_zero_only_grouped_in_fixed_order") {
+  CHECK(format_counters("metaroce0 device", kCounters, false) ==
+        "metaroce0 device:\n"
+        "  transport:\n"
+        "    tx_packets    12\n"
+        "  io:\n"
+        "    io_rx_frames  5\n"
+        "  control:\n"
+        "    ctrl_requests 3\n");
+}
+
+TEST_CASE("format_counters__all_shows_zeros") {
+  CHECK(format_counters("metaroce0 qp 17", kCounters, true) ==
+        "metaroce0 qp 17:\n"
+        "  transport:\n"
+        "    tx_packets      12\n"
+        "    rx_packets      0\n"
+        "  daemon:\n"
+        "    tx_drop_too_big 0\n"
+        "  io:\n"
+        "    io_rx_frames    5\n"
+        "  control:\n"
+        "    ctrl_requests   3\n");
+}
+
+TEST_CASE("format_counters__all_zero_says_so") {
+  CHECK(format_counters("q", {{"tx_packets", 0}, {"rx_packets", 0}}, false) ==
+        "q:\n  all 2 counters are zero (-a shows them)\n");
+  CHECK(format_counters("q", {}, false) == "q:\n  (no counters)\n");
+}
+
+}  // namespace
+}  // namespace metaroce::ctl

@@ -1,0 +1,178 @@
+// metaroce-ctl: inspect and manage MetaRoCE devices (see `metaroce-ctl -h`).
+// Exit status: 0 success, 1 the operation failed (message on stderr),
+// 2 bad command line (message and usage on stderr).
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <set>
+
+#include "tools/ctl/args.h"
+#include "tools/ctl/client.h"
+#include "tools/ctl/format.h"
+#include "tools/ctl/link.h"
+#include "tools/ctl/sysfs.h"
+
+namespace metaroce::ctl {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint32_t kDeviceCounters = 0xffffffffu;
+
+int fail(const std::string& why) {
+  std::cerr << "metaroce-ctl: " << why << "\n";
+  return 1;
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+DaemonState daemon_state(const std::string& socket) {
+  return socket_listening(socket) ? DaemonState::kRunning : DaemonState::kNotRunning;
+}
+
+// The named device, or every published one.
+int devices(const Command& c, std::vector<std::string>* names) {
+  if (!c.dev.empty()) {
+    names->push_back(c.dev);
+    return 0;
+  }
+  std::string why;
+  int err = list_devices(c.sysfs_root, names, &why);
+  if (err) return fail(why);
+  if (names->empty()) {
+    std::cerr << "metaroce-ctl: no MetaRoCE devices under " << c.sysfs_root
+              << "/class/infiniband\n";
+  }
+  return 0;
+}
+
+int dev_show(const Command& c) {
+  std::vector<std::string> names;
+  if (int rc = devices(c, &names)) return rc;
+  for (const std::string& n : names) {
+    DeviceInfo d;
+    std::string why;
+    if (read_device(c.sysfs_root, c.run_dir, n, &d, &why)) return fail(why);
+    std::cout << format_device(d, daemon_state(d.socket_path));
+  }
+  return 0;
+}
+
+int link_show(const Command& c) {
+  std::vector<std::string> names;
+  if (int rc = devices(c, &names)) return rc;
+  std::set<std::string> seen(names.begin(), names.end());
+  std::error_code ec;
+  if (c.dev.empty()) {  // daemons started by link add that have not published (yet)
+    for (const auto& e : fs::directory_iterator(c.run_dir, ec)) {
+      std::string n = e.path().stem().string();
+      if (e.path().extension() == ".pid" && valid_device_name(n) && seen.insert(n).second)
+        names.push_back(n);
+    }
+  }
+  for (const std::string& n : names) {
+    DeviceInfo d;
+    std::string why;
+    if (read_device(c.sysfs_root, c.run_dir, n, &d, &why)) {
+      if (!c.dev.empty() && read_pidfile(link_paths(c.run_dir, n).pidfile) == 0) return fail(why);
+      d.name = n;
+      d.socket_path = socket_path(c.sysfs_root, c.run_dir, n);
+    }
+    pid_t pid = read_pidfile(link_paths(c.run_dir, n).pidfile);
+    if (!is_live_daemon(pid, n)) pid = 0;
+    std::cout << format_link(d, daemon_state(d.socket_path), pid);
+  }
+  return 0;
+}
+
+int stat(const Command& c) {
+  std::string why;
+  ControlClient client;
+  client.set_timeout_ms(static_cast<int>(c.timeout_ms));
+  if (client.connect(socket_path(c.sysfs_root, c.run_dir, c.dev), c.dev, &why) ||
+      client.open_context(&why))
+    return fail(why);
+  std::vector<Counter> counters;
+  if (!c.has_qp) {
+    std::vector<uint32_t> qps;
+    if (client.query_counters(kDeviceCounters, &counters, &why) || client.list_qps(&qps, &why))
+      return fail(why);
+    std::cout << format_counters(c.dev + " device", counters, c.all);
+    std::cout << "  qps: " << qps.size();
+    for (uint32_t q : qps) std::cout << " " << q;
+    std::cout << "\n";
+    return 0;
+  }
+  std::vector<uint32_t> qps = {c.qpn};
+  if (c.qpn == kAllQps && client.list_qps(&qps, &why)) return fail(why);
+  for (uint32_t q : qps) {
+    if (client.query_counters(q, &counters, &why)) return fail("QP " + std::to_string(q) + ": " + why);
+    std::cout << format_counters(c.dev + " qp " + std::to_string(q), counters, c.all);
+  }
+  if (qps.empty()) std::cout << c.dev << ": no QPs\n";
+  return 0;
+}
+
+std::string self_dir() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : p.parent_path().string();
+}
+
+int link_add(const Command& c) {
+  std::string why;
+  LinkAddRequest r;
+  r.metaroced = find_metaroced(env("METAROCED"), self_dir(), env("PATH"), &why);
+  if (r.metaroced.empty()) return fail(why);
+  r.name = c.dev;
+  r.netdev = c.netdev;
+  r.run_dir = c.run_dir;
+  r.sysfs_root = c.sysfs_root;
+  r.daemon_args = c.daemon_args;
+  r.timeout_ms = static_cast<int>(c.timeout_ms);
+  pid_t pid = 0;
+  if (ctl::link_add(r, &pid, &why)) return fail("link add " + c.dev + ": " + why);
+  LinkPaths paths = link_paths(c.run_dir, c.dev);
+  std::cout << "link " << c.dev << " added: metaroced pid " << pid << " on " << c.netdev
+            << ", socket " << paths.socket << ", log " << paths.log << "\n";
+  return 0;
+}
+
+int link_delete(const Command& c) {
+  std::string why;
+  if (ctl::link_delete(c.dev, c.run_dir, static_cast<int>(c.timeout_ms), &why))
+    return fail("link delete " + c.dev + ": " + why);
+  std::cout << "link " << c.dev << " deleted\n";
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  Command c;
+  std::string error;
+  Env e{env("SYSFS_PATH"), env("METAROCE_RUN_DIR")};
+  if (!parse_command_line({argv + 1, argv + argc}, e, &c, &error)) {
+    std::cerr << "metaroce-ctl: " << error << "\n" << usage();
+    return 2;
+  }
+  switch (c.verb) {
+    case Verb::kHelp: std::cout << usage(); return 0;
+    case Verb::kDevShow: return dev_show(c);
+    case Verb::kStat: return stat(c);
+    case Verb::kLinkShow: return link_show(c);
+    case Verb::kLinkAdd: return link_add(c);
+    case Verb::kLinkDelete: return link_delete(c);
+  }
+  return 2;
+}
+
+}  // namespace
+}  // namespace metaroce::ctl
+
+int main(int argc, char** argv) { return metaroce::ctl::run(argc, argv); }
