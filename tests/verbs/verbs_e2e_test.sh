@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# End-to-end: stock tools (ibv_devices, ibv_devinfo, ibv_rc_pingpong,
+# perftest) and our own verbs program against real metaroced daemons in two
+# namespaces (tests/lib/netns.sh). Needs root; skips with a reason otherwise.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}
+top=${top:-$(cd "$here/../.." && pwd)}
+source "$top/tests/lib/e2e.sh"
+
+find_file() {  # rel-path: runfiles first, then the tree's bazel-bin
+  local f
+  for f in "$top/$1" "$top/.bazel/bin/$1"; do [ -e "$f" ] && { readlink -f "$f"; return 0; }; done
+  return 1
+}
+PROVIDER=$(find_file provider/libmetaroce-rdmav34.so) || { echo "provider .so not built"; exit 1; }
+PRELOAD=$(find_file kmod-shim/launcher/libmetaroce-preload.so) || { echo "interposer not built"; exit 1; }
+VERBS_E2E=$(find_file tests/verbs/verbs_e2e) || { echo "verbs_e2e not built"; exit 1; }
+LAUNCHER=$top/kmod-shim/launcher/metaroce-run
+export METAROCE_PROVIDER=$PROVIDER METAROCE_PRELOAD=$PRELOAD
+
+# Stock tools are not sanitizer builds: an ASan provider needs the runtime
+# preloaded (metaroce-run does this itself), and their own leaks are not ours.
+TOOL_ENV=(RDMAV_DRIVERS="${PROVIDER%-rdmav34.so}")
+asan=$(ldd "$PROVIDER" | awk '/libasan/ {print $3; exit}')
+if [ -n "$asan" ]; then
+  TOOL_ENV+=(LD_PRELOAD="$asan" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1)
+  export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+fi
+in_a() { mroce_in_a env "${TOOL_ENV[@]}" timeout 90 "$@"; }
+in_b() { mroce_in_b env "${TOOL_ENV[@]}" timeout 90 "$@"; }
+launch_a() { mroce_in_a env -u RDMAV_DRIVERS timeout 90 "$LAUNCHER" "$@"; }
+launch_b() { mroce_in_b env -u RDMAV_DRIVERS timeout 90 "$LAUNCHER" "$@"; }
+
+# Index of the RoCE v2 IPv4-mapped GID (what -g / -x need).
+gid_index() {  # in_a|in_b dev ip
+  "$1" ibv_devinfo -v -d "$2" | awk -v ip="::ffff:$3" '/GID\[/ && index($0, ip) && /RoCE v2/ {
+    gsub(/.*GID\[ */, ""); gsub(/\].*/, ""); print; exit }'
+}
+
+# Runs a server in A (background) and a client in B; both must succeed.
+PORT=18600
+pair() {  # name "server cmd..." "client cmd..." (client gets the server IP last)
+  local name=$1 log_s=$E2E_RUN_DIR/$1.server.log log_c=$E2E_RUN_DIR/$1.client.log spid rc
+  PORT=$((PORT + 1))
+  eval "$2 -p $PORT" >"$log_s" 2>&1 &
+  spid=$!; e2e_track_pid "$spid"
+  sleep 1
+  rc=0; eval "$3 -p $PORT $MROCE_IP_A" >"$log_c" 2>&1 || rc=$?
+  local src=0; wait "$spid" || src=$?
+  echo "== server"; cat "$log_s"; echo "== client"; cat "$log_c"
+  [ $rc = 0 ] && [ $src = 0 ] || e2e_fail "$name: client exit $rc, server exit $src"
+}
+
+# perftest prints one row of figures under its header; show and require it.
+perf_figure() {  # logfile
+  local row
+  row=$(awk '/^ *#bytes/ {h=1; next} h && /^ *[0-9]/ {print; exit}' "$1")
+  [ -n "$row" ] || e2e_fail "no figure in $1"
+  echo "FIGURE: $row"
+}
+
+source "$top/tests/lib/netns.sh"
+if [ "$(id -u)" != 0 ] || ! command -v ibv_devices >/dev/null; then
+  echo "SKIP: needs root and ibverbs-utils/perftest"; E2E_SKIPPED=1; e2e_finish; exit 0
+fi
+if ! mroce_find_bin metaroced firmware-model/daemon/metaroced >/dev/null 2>&1 && [ -z "${METAROCED:-}" ]; then
+  echo "SKIP: metaroced is not built (bazel build //firmware-model/daemon:metaroced)"
+  E2E_SKIPPED=1; e2e_finish; exit 0
+fi
+trap 'mroce_net_down >/dev/null 2>&1' EXIT
+mroce_net_up ${MROCE_E2E_IO:+--io $MROCE_E2E_IO} || { echo "mroce_net_up failed"; E2E_FAILED=1; e2e_finish; exit 1; }
+GID_A=$(gid_index in_a "$MROCE_DEV_A" "$MROCE_IP_A")
+GID_B=$(gid_index in_b "$MROCE_DEV_B" "$MROCE_IP_B")
+echo "GID index A=$GID_A B=$GID_B"
+
+t_devices() { in_a ibv_devices | tee /dev/stderr | grep -q "$MROCE_DEV_A"; }
+t_devinfo() {
+  local out; out=$(in_a ibv_devinfo -v -d "$MROCE_DEV_A") || e2e_fail "ibv_devinfo failed"
+  echo "$out" | grep -E "state:|link_layer|GID\["
+  grep -q "PORT_ACTIVE" <<<"$out" || e2e_fail "port not active"
+  grep -q "link_layer:.*Ethernet" <<<"$out" || e2e_fail "link layer not Ethernet"
+  grep -q "::ffff:$MROCE_IP_A, RoCE v2" <<<"$out" || e2e_fail "no RoCE v2 IPv4 GID"
+}
+t_channel_without_launcher() {
+  local out rc=0; out=$(in_a ibv_rc_pingpong -d "$MROCE_DEV_A" -g "$GID_A" -e -p 18599 2>&1) || rc=$?
+  echo "$out"
+  [ $rc != 0 ] && grep -q "completion channel" <<<"$out" || e2e_fail "expected a clean channel failure"
+}
+t_pingpong() {
+  local s
+  for s in 1 4096 65536; do
+    pair "pingpong_$s" "in_a ibv_rc_pingpong -d $MROCE_DEV_A -g $GID_A -s $s -n 200" \
+         "in_b ibv_rc_pingpong -d $MROCE_DEV_B -g $GID_B -s $s -n 200"
+    grep -E "bytes in" "$E2E_RUN_DIR/pingpong_$s.client.log"
+  done
+}
+t_pingpong_events() {
+  pair pingpong_e "launch_a --sysfs-root $MROCE_SYSFS_A ibv_rc_pingpong -d $MROCE_DEV_A -g $GID_A -e -s 4096 -n 200" \
+       "launch_b --sysfs-root $MROCE_SYSFS_B ibv_rc_pingpong -d $MROCE_DEV_B -g $GID_B -e -s 4096 -n 200"
+}
+perf() {  # tool extra-args
+  local tool=$1; shift
+  pair "$tool" "in_a $tool -d $MROCE_DEV_A -x $GID_A $*" "in_b $tool -d $MROCE_DEV_B -x $GID_B $*"
+  perf_figure "$E2E_RUN_DIR/$tool.client.log"
+}
+t_write_bw() { perf ib_write_bw -s 65536 -n 500; }
+t_read_bw() { perf ib_read_bw -s 65536 -n 500; }
+t_send_bw() { perf ib_send_bw -s 65536 -n 500; }
+t_atomic_bw() { perf ib_atomic_bw -n 1000; }
+t_write_lat() { perf ib_write_lat -n 500; }
+t_read_lat() { perf ib_read_lat -n 500; }
+t_send_lat() { perf ib_send_lat -n 500; }
+t_write_bw_events() {
+  pair ib_write_bw_e "launch_a --sysfs-root $MROCE_SYSFS_A ib_write_bw -d $MROCE_DEV_A -x $GID_A -e -s 65536 -n 500" \
+       "launch_b --sysfs-root $MROCE_SYSFS_B ib_write_bw -d $MROCE_DEV_B -x $GID_B -e -s 65536 -n 500"
+  perf_figure "$E2E_RUN_DIR/ib_write_bw_e.client.log"
+}
+t_same_device() {  # server and client on one device, one namespace
+  local log_s=$E2E_RUN_DIR/same.server.log spid rc
+  in_a ib_write_bw -d "$MROCE_DEV_A" -x "$GID_A" -s 65536 -n 500 -p 18650 >"$log_s" 2>&1 &
+  spid=$!; e2e_track_pid "$spid"; sleep 1
+  rc=0; in_a ib_write_bw -d "$MROCE_DEV_A" -x "$GID_A" -s 65536 -n 500 -p 18650 "$MROCE_IP_A" \
+    >"$E2E_RUN_DIR/same.client.log" 2>&1 || rc=$?
+  wait "$spid" || e2e_fail "server failed: $(cat "$log_s")"
+  cat "$E2E_RUN_DIR/same.client.log"
+  [ $rc = 0 ] || e2e_fail "client failed"
+  perf_figure "$E2E_RUN_DIR/same.client.log"
+}
+t_verbs_opcodes() { in_a "$VERBS_E2E" opcodes "$MROCE_DEV_A"; }
+t_verbs_access() { in_a "$VERBS_E2E" access "$MROCE_DEV_A"; }
+t_verbs_fatal() {
+  local ready=$E2E_RUN_DIR/fatal.ready pid
+  rm -f "$ready"
+  in_a "$VERBS_E2E" fatal "$MROCE_DEV_A" "$ready" &
+  pid=$!; e2e_track_pid "$pid"
+  for _ in $(seq 1 100); do [ -e "$ready" ] && break; sleep 0.1; done
+  [ -e "$ready" ] || e2e_fail "verbs program never got ready"
+  mroce_daemon_restart a || e2e_fail "daemon restart failed"
+  wait "$pid" || e2e_fail "verbs program failed after the daemon restart"
+}
+
+e2e_case ibv_devices t_devices
+e2e_case ibv_devinfo_roce_v2 t_devinfo
+e2e_case comp_channel_without_launcher_fails_cleanly t_channel_without_launcher
+e2e_case rc_pingpong_sizes t_pingpong
+e2e_case rc_pingpong_events_under_launcher t_pingpong_events
+e2e_case ib_write_bw t_write_bw
+e2e_case ib_read_bw t_read_bw
+e2e_case ib_send_bw t_send_bw
+e2e_case ib_atomic_bw t_atomic_bw
+e2e_case ib_write_lat t_write_lat
+e2e_case ib_read_lat t_read_lat
+e2e_case ib_send_lat t_send_lat
+e2e_case ib_write_bw_events_under_launcher t_write_bw_events
+e2e_case perftest_same_device t_same_device
+e2e_case verbs_loopback_every_opcode t_verbs_opcodes
+e2e_case verbs_remote_access_errors t_verbs_access
+e2e_case verbs_daemon_kill_restart t_verbs_fatal
+e2e_finish
