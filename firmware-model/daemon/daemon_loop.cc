@@ -43,12 +43,15 @@ void DaemonLoop::arm_waits() {
     extra_.async_wait(asio::posix::descriptor::wait_read,
                       [this](const boost::system::error_code& ec) {
                         extra_armed_ = false;
-                        if (!ec && on_extra_) on_extra_();
+                        if (ec) return;
+                        if (on_extra_) on_extra_();
+                        arm_waits();  // netlink is watched while busy, too
                       });
   }
 }
 
 void DaemonLoop::run() {
+  arm_waits();
   fw::Time idle_since = device_.now();
   uint32_t iter = 0;
   while (!stop_) {

@@ -273,7 +273,7 @@ mroce_port_attr Device::port_attr() const {
   a.state = p.active ? 4 : 1;  // IBV_PORT_ACTIVE : IBV_PORT_DOWN
   a.max_mtu = 5;
   a.active_mtu = active_ibv_mtu(p.link_mtu);
-  a.gid_tbl_len = static_cast<uint32_t>(p.gids.size());
+  a.gid_tbl_len = config_.gid_tbl_len;
   a.ifindex = config_.ifindex;
   a.link_mtu = p.link_mtu;
   a.active_speed = 32;  // IB_SPEED_EDR (25 Gb/s per lane), reported, not enforced

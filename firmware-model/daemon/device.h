@@ -47,6 +47,7 @@ struct DeviceConfig {
   fw::EngineConfig engine;
   ClientLimits limits;
   uint32_t ifindex = 0;
+  uint32_t gid_tbl_len = 16;  // gids/I files the sysfs tree publishes
   uint64_t link_bps = 25'000'000'000;
 };
 
@@ -91,6 +92,11 @@ class Device : fw::ClockInterface,
     std::vector<int> fds;  // sent with the reply, then closed by the caller
   };
   void handle(Client& c, const Request& req, Reply* reply);
+  // Device-wide queries from inside the daemon (no client context).
+  void handle_internal(const Request& req, Reply* reply) {
+    Client none;
+    handle(none, req, reply);
+  }
 
   // ---- data path ----
   // One pass of the loop: rx, rings, timers, tx. Returns work done (0: idle).

@@ -1,0 +1,298 @@
+// metaroced: the MetaRoCE soft NIC. One process per host (or network
+// namespace) per device: owns an Ethernet interface, hosts the transport
+// engine on it, publishes it as RDMA device metaroceN, and serves clients
+// on <run-dir>/<ibdev>.sock. docs/daemon.md.
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "firmware-model/daemon/control_server.h"
+#include "firmware-model/daemon/daemon_loop.h"
+#include "firmware-model/daemon/device.h"
+#include "firmware-model/daemon/net/netlink_monitor.h"
+#include "firmware-model/daemon/options.h"
+#include "firmware-model/engine/congestion.h"
+#include "kmod-shim/sysfs/sysfs_publisher.h"
+
+namespace metaroce::daemon {
+namespace {
+
+void log_line(const std::string& s) {
+  std::fprintf(stderr, "metaroced: %s\n", s.c_str());
+  std::fflush(stderr);
+}
+
+int mkdirs(const std::string& path) {
+  std::string cur;
+  for (size_t i = 0; i <= path.size(); i++) {
+    if (i == path.size() || (path[i] == '/' && i > 0)) {
+      cur = path.substr(0, i);
+      if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return errno;
+    }
+  }
+  return 0;
+}
+
+// Link facts for the device and the sysfs tree, kept current from netlink.
+class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
+ public:
+  HostLink(const Options& o, kmod_shim::SysfsPublisher& publisher)
+      : options_(o), publisher_(publisher) {}
+
+  bool open(std::string* why) {
+    monitor_ = net::NetlinkMonitor::open(options_.netdev, this, why);
+    return monitor_ != nullptr;
+  }
+  void attach(Device* device) { device_ = device; }
+  net::NetlinkMonitor& monitor() { return *monitor_; }
+
+  bool resolve(const proto::IpAddr& ip, proto::MacAddr* mac) override {
+    auto it = neighbours_.find(ip.bytes);
+    if (it != neighbours_.end()) {
+      *mac = it->second;
+      return true;
+    }
+    if (monitor_->resolve(ip, mac) != net::Resolve::kResolved) return false;
+    neighbours_[ip.bytes] = *mac;
+    return true;
+  }
+  proto::MacAddr local_mac() const override { return monitor_->link().mac; }
+
+  void on_link(const net::LinkState& now, const net::LinkState& old) override {
+    neighbours_.clear();
+    refresh(now.oper_up != old.oper_up);
+  }
+  void on_address(const net::IfAddress& a, bool added) override { refresh(false); }
+  void on_neighbour(const proto::IpAddr& ip, const proto::MacAddr& mac, bool valid) override {
+    if (valid) {
+      neighbours_[ip.bytes] = mac;
+    } else {
+      neighbours_.erase(ip.bytes);
+    }
+  }
+  void on_link_removed() override {
+    log_line("interface " + options_.netdev + " went away: port down");
+    gone_ = true;
+    refresh(true);
+  }
+
+  fw::PortInfo port_info() const {
+    fw::PortInfo p;
+    net::LinkState l = monitor_->link();
+    p.gids = monitor_->gid_table();
+    if (p.gids.size() > kGidTableLen) p.gids.resize(kGidTableLen);
+    p.link_mtu = l.mtu ? l.mtu : 1500;
+    p.active = l.oper_up && !gone_;
+    return p;
+  }
+
+  kmod_shim::DeviceInfo device_info(uint64_t guid) const {
+    kmod_shim::DeviceInfo d;
+    d.ibdev = options_.ibdev;
+    d.node_guid = d.sys_image_guid = guid;
+    fw::PortInfo p = port_info();
+    d.port_active = p.active;
+    for (const auto& g : p.gids) {
+      kmod_shim::GidEntry e;
+      e.gid = g.bytes;
+      e.ndev = options_.netdev;
+      d.gids.push_back(e);
+    }
+    return d;
+  }
+
+  // Addresses, MTU or state changed: tell the engine, the tree, the clients.
+  void refresh(bool state_changed) {
+    if (!device_) return;
+    fw::PortInfo p = port_info();
+    device_->set_port(p);
+    std::string why;
+    if (!publisher_.publish(device_info(guid_), &why)) log_line("sysfs update failed: " + why);
+    if (state_changed) {
+      log_line(std::string("port ") + (p.active ? "ACTIVE" : "DOWN"));
+      device_->port_event(p.active);
+    }
+  }
+  void set_guid(uint64_t g) { guid_ = g; }
+
+  static constexpr size_t kGidTableLen = 16;
+
+ private:
+  const Options& options_;
+  kmod_shim::SysfsPublisher& publisher_;
+  std::unique_ptr<net::NetlinkMonitor> monitor_;
+  Device* device_ = nullptr;
+  std::map<std::array<uint8_t, 16>, proto::MacAddr> neighbours_;
+  uint64_t guid_ = 0;
+  bool gone_ = false;
+};
+
+std::string counters_text(const Device& device) {
+  std::string out = "counters:";
+  Device::Reply reply;
+  Device::Request req;
+  mroce_query_counters_req q{0xffffffffu, 0};
+  req.op = MROCE_OP_QUERY_COUNTERS;
+  req.body = {reinterpret_cast<const uint8_t*>(&q), sizeof(q)};
+  const_cast<Device&>(device).handle_internal(req, &reply);
+  size_t n = (reply.body.size() - sizeof(mroce_query_counters_resp)) / sizeof(mroce_counter);
+  for (size_t i = 0; i < n; i++) {
+    mroce_counter c;
+    std::memcpy(&c, reply.body.data() + sizeof(mroce_query_counters_resp) + i * sizeof(c),
+                sizeof(c));
+    if (c.value) out += std::string(" ") + c.name + "=" + std::to_string(c.value);
+  }
+  return out;
+}
+
+int run(const Options& o) {
+  if (o.backend == "hw") {
+    log_line("no MetaRoCE offload hardware on " + o.netdev + ": use --backend soft");
+    return 1;
+  }
+  if (!fw::make_congestion_control(o.cc, {})) {
+    log_line("unknown congestion control '" + o.cc + "' (known: default)");
+    return 2;
+  }
+  // The DMA engine reads and writes client memory with process_vm_*; keep
+  // this process undumpable-safe but traceable-to by nobody else.
+  int err = mkdirs(o.run_dir);
+  if (err) {
+    log_line("cannot create run directory " + o.run_dir + ": " + std::strerror(err));
+    return 1;
+  }
+
+  kmod_shim::PublisherOptions po;
+  po.sysfs_root = o.sysfs_root;
+  po.uverbs_index = static_cast<uint32_t>(o.uverbs_index);
+  po.gid_table_len = HostLink::kGidTableLen;
+  kmod_shim::SysfsPublisher publisher(po);
+
+  HostLink link(o, publisher);
+  std::string why;
+  if (!link.open(&why)) {
+    log_line("cannot watch " + o.netdev + ": " + why);
+    return 1;
+  }
+
+  io::IoOptions io_opts;
+  io_opts.ifname = o.netdev;
+  io_opts.backend = o.io;
+  io_opts.xdp_mode = o.xdp_mode;
+  io_opts.log = [](io::LogLevel, std::string_view s) { log_line(std::string(s)); };
+  std::unique_ptr<io::PacketIo> pio = io::open_packet_io(io_opts, &why);
+  if (!pio) {
+    log_line("cannot open packet I/O on " + o.netdev + ": " + why);
+    return 1;
+  }
+  log_line("packet I/O: " + std::string(pio->name()) + " on " + o.netdev);
+
+  int doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (doorbell < 0) {
+    log_line(std::string("eventfd: ") + std::strerror(errno));
+    return 1;
+  }
+
+  DeviceConfig cfg;
+  cfg.ibdev = o.ibdev;
+  proto::MacAddr mac = link.local_mac();
+  cfg.node_guid = kmod_shim::guid_from_mac(mac);
+  cfg.engine.port = link.port_info();
+  cfg.engine.num_paths = o.paths;
+  cfg.engine.congestion = o.cc;
+  cfg.limits.max_qp = o.max_qp_per_client;
+  cfg.ifindex = static_cast<uint32_t>(link.monitor().link().ifindex);
+  cfg.gid_tbl_len = HostLink::kGidTableLen;
+  Device device(cfg, pio.get(), &link, doorbell);
+  link.set_guid(cfg.node_guid);
+  link.attach(&device);
+
+  boost::asio::io_context io;
+  std::string sock = o.run_dir + "/" + o.ibdev + ".sock";
+  ControlServer server(io, device, sock, o.verbose ? log_line : [](const std::string& s) {
+    if (s.find("failed") != std::string::npos || s.find("closed") != std::string::npos) {
+      log_line(s);
+    }
+  });
+  if (server.start(&why)) {
+    log_line(why);
+    return 1;
+  }
+  if (!publisher.publish(link.device_info(cfg.node_guid), &why)) {
+    log_line("cannot publish the device tree under " + o.sysfs_root + ": " + why);
+    return 1;
+  }
+  // Where the provider finds this device's control socket.
+  {
+    std::ofstream f(publisher.ibdev_dir() + "/metaroce_socket");
+    f << sock << "\n";
+  }
+  if (!o.pidfile.empty()) std::ofstream(o.pidfile) << getpid() << "\n";
+
+  LoopOptions lo;
+  lo.spin_ns = static_cast<uint64_t>(o.spin_us) * 1000;
+  DaemonLoop loop(io, device, doorbell, link.monitor().fd(),
+                  [&link] { link.monitor().process(); }, lo);
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    if (!ec) {
+      log_line(std::string("signal ") + strsignal(sig) + ": shutting down");
+      loop.stop();
+    }
+  });
+  // SIGUSR1: dump every non-zero counter to the log (operators, tests).
+  boost::asio::signal_set usr1(io, SIGUSR1);
+  std::function<void()> arm_usr1 = [&] {
+    usr1.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      log_line(counters_text(device));
+      arm_usr1();
+    });
+  };
+  arm_usr1();
+  log_line(o.ibdev + " up on " + o.netdev + " (" + publisher.dev_node_note() + "), " +
+           std::to_string(cfg.engine.port.gids.size()) + " GIDs, socket " + sock);
+  loop.run();
+
+  publisher.unpublish();
+  if (!o.pidfile.empty()) unlink(o.pidfile.c_str());
+  close(doorbell);
+  return 0;
+}
+
+}  // namespace
+}  // namespace metaroce::daemon
+
+int main(int argc, char** argv) {
+  using namespace metaroce::daemon;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  Options o;
+  std::string error;
+  bool help = false;
+  if (!parse_options(args, &o, &error, &help)) {
+    std::fprintf(stderr, "metaroced: %s\n\n%s", error.c_str(), usage());
+    return 2;
+  }
+  if (help) {
+    std::fputs(usage(), stdout);
+    return 0;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  return run(o);
+}
