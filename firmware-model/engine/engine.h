@@ -46,6 +46,9 @@ struct Counters {
   uint64_t atomic_replays = 0;         // duplicate atomics answered from the cache
   uint64_t cq_overflows = 0;
   uint64_t local_errors = 0;           // WRs completed with a local error
+  // Additions after the first contract:
+  uint64_t rx_drop_unexpected = 0;     // ACK/NACK/response matching nothing outstanding
+  uint64_t rx_drop_not_request = 0;    // PROBE_REPLY or other opcode with no consumer
 };
 
 class Engine {
@@ -95,6 +98,8 @@ class Engine {
   const Counters& counters() const;
   int qp_counters(uint32_t qpn, Counters* out) const;
   std::vector<uint32_t> qp_numbers() const;
+  // One line of a QP's transport state for logs and tests ("" if no such QP).
+  std::string describe_qp(uint32_t qpn) const;
 
  private:
   struct Impl;

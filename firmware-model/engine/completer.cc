@@ -1,0 +1,265 @@
+#include "firmware-model/engine/completer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "firmware-model/engine/qp.h"
+
+namespace metaroce::fw::completer {
+
+NackAction action_for(proto::NackReason r, WcStatus* status) {
+  switch (r) {
+    case proto::NackReason::kRnr: return NackAction::kRnrWait;
+    case proto::NackReason::kTrimmed: return NackAction::kRetransmit;
+    case proto::NackReason::kRemoteAccessError: *status = WcStatus::kRemAccessErr; return NackAction::kFail;
+    case proto::NackReason::kInvalidRequest: *status = WcStatus::kRemInvReqErr; return NackAction::kFail;
+    case proto::NackReason::kRemoteOperationError: *status = WcStatus::kRemOpErr; return NackAction::kFail;
+    case proto::NackReason::kSequenceError: return NackAction::kIgnore;
+  }
+  return NackAction::kIgnore;
+}
+
+namespace {
+
+WcOpcode wc_opcode(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteImm: return WcOpcode::kRdmaWrite;
+    case WrOpcode::kSend:
+    case WrOpcode::kSendImm: return WcOpcode::kSend;
+    case WrOpcode::kRdmaRead: return WcOpcode::kRdmaRead;
+    case WrOpcode::kAtomicCmpSwap: return WcOpcode::kCompSwap;
+    case WrOpcode::kAtomicFetchAdd: return WcOpcode::kFetchAdd;
+  }
+  return WcOpcode::kSend;
+}
+
+// Finished: every PSN delivered and, for READ/atomics, the response in.
+bool finished(Qp& qp, const SendWqe& w) {
+  if (!w.all_sent) return false;
+  if (!proto::seq_lt(w.max_psn, qp.sb.una())) return false;
+  return !w.is_rd() || w.response_done;
+}
+
+void emit(Core& c, Qp& qp, SendWqe& w, WcStatus status) {
+  bool signaled = status != WcStatus::kSuccess || (w.wr.send_flags & kSendSignaled) ||
+                  qp.init.sq_sig_all;
+  if (w.is_rd() && w.started && qp.rd_outstanding > 0) --qp.rd_outstanding;
+  if (!signaled) return;
+  Completion wc;
+  wc.wr_id = w.wr.wr_id;
+  wc.status = status;
+  wc.opcode = wc_opcode(w.wr.opcode);
+  wc.byte_len = w.length;
+  wc.qp_num = qp.qpn;
+  wc.src_qp = qp.attr.dest_qp_num;
+  c.complete(qp, qp.init.send_cqn, wc);
+}
+
+void maybe_report_drained(Core& c, Qp& qp) {
+  if (qp.state == QpState::kSqd && !qp.sq_drained_reported && qp.sq_head == qp.sq_next) {
+    qp.sq_drained_reported = true;
+    c.hal().events.async_event(EventType::kSqDrained, qp.qpn);
+  }
+}
+
+// Which WQE a PSN belongs to (nullptr: not outstanding any more).
+SendWqe* wqe_of(Qp& qp, uint32_t psn, uint32_t* seq) {
+  TxEntry* e = qp.sb.find(psn);
+  if (!e) return nullptr;
+  *seq = e->wqe_seq;
+  return &qp.sqe(e->wqe_seq);
+}
+
+// The READ/atomic WQE a response's MSN names, if still waiting for it.
+SendWqe* rd_wqe(Qp& qp, uint32_t msn, WrOpcode a, WrOpcode b) {
+  uint32_t seq = qp.rd_slot[msn % kRdSlots];
+  if (proto::seq_lt(seq, qp.sq_head) || !proto::seq_lt(seq, qp.sq_next)) return nullptr;
+  SendWqe& w = qp.sqe(seq);
+  if (!w.started || w.msn != msn || w.response_done) return nullptr;
+  if (w.wr.opcode != a && w.wr.opcode != b) return nullptr;
+  return &w;
+}
+
+void on_progress(Core& c, Qp& qp) {
+  qp.retries = 0;
+  qp.backoff = 0;
+  requester::arm_rto(c, qp, true);
+  requester::arm_tlp(c, qp);
+  c.activate(qp);
+}
+
+void on_ack(Core& c, Qp& qp, const proto::Frame& f) {
+  const proto::Ackh& a = f.packet.ack;
+  Time now = c.now();
+  uint32_t rtt32 = static_cast<uint32_t>(now) - a.echo_ts;
+  Time rtt = rtt32 < 1'000'000'000 ? rtt32 : 0;
+  if (rtt) qp.rtt.sample(rtt);
+  if (a.ack_flags & 2) qp.rtt.on_spurious();  // the trigger was a duplicate
+  qp.credit = a.credit;
+  AckOutcome out = qp.sb.on_ack(a.cum_psn, a.sack, now, qp.rtt);
+  Time recheck = kNever;
+  std::vector<uint8_t>& lost_paths = c.lost_paths();
+  lost_paths.clear();
+  uint64_t lost = qp.sb.detect_losses(now, qp.rtt.reorder_window(), &recheck, &lost_paths);
+  qp.rack_deadline = recheck;
+  bool ce = a.ack_flags & 1;
+  AckSample s{now, out.newly_acked_bytes, rtt, a.echo_path, ce, a.ce_count, a.credit,
+              qp.sb.bytes_in_flight()};
+  qp.cc->on_ack(s);
+  qp.paths->on_ack(a.echo_path, rtt, ce, now);
+  if (lost) {
+    qp.cc->on_loss(now, lost);
+    for (uint8_t p : lost_paths) qp.paths->on_loss(p, now);
+    qp.rtt.on_recovery();
+  }
+  if (out.progress) on_progress(c, qp);
+  else requester::arm_rto(c, qp, false);
+  drain(c, qp);
+  c.activate(qp);
+}
+
+void on_nack(Core& c, Qp& qp, const proto::Frame& f) {
+  const proto::Nackh& n = f.packet.nack;
+  WcStatus status = WcStatus::kGeneralErr;
+  NackAction act = action_for(n.reason, &status);
+  uint32_t seq = 0;
+  SendWqe* w = wqe_of(qp, n.psn, &seq);
+  if (!w) {
+    c.bump(&qp, &Counters::rx_drop_unexpected);
+    return;
+  }
+  switch (act) {
+    case NackAction::kRnrWait: {
+      TxEntry* e = qp.sb.find(n.psn);
+      if (qp.attr.rnr_retry != 7 && e->rnr_tries >= qp.attr.rnr_retry) {
+        fail(c, qp, seq, WcStatus::kRnrRetryExcErr);
+        return;
+      }
+      c.bump(&qp, &Counters::rnr_retries);
+      qp.sb.rnr_wait(n.psn, c.now() + rnr_timer_ns(n.rnr_timer));
+      requester::arm_rto(c, qp, false);
+      return;
+    }
+    case NackAction::kRetransmit:
+      qp.sb.mark_lost(n.psn);
+      c.activate(qp);
+      return;
+    case NackAction::kFail: fail(c, qp, seq, status); return;
+    case NackAction::kIgnore: c.bump(&qp, &Counters::rx_drop_unexpected); return;
+  }
+}
+
+void mark_chunks(SendWqe& w, uint32_t first, uint32_t end) {
+  for (uint32_t i = first; i < end; ++i) {
+    uint64_t bit = uint64_t{1} << (i % 64);
+    if (!(w.chunks[i / 64] & bit)) {
+      w.chunks[i / 64] |= bit;
+      ++w.chunks_got;
+    }
+  }
+}
+
+bool chunks_all_set(const SendWqe& w, uint32_t first, uint32_t end) {
+  for (uint32_t i = first; i < end; ++i)
+    if (!((w.chunks[i / 64] >> (i % 64)) & 1)) return false;
+  return true;
+}
+
+void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
+  const proto::Packet& p = f.packet;
+  SendWqe* w = rd_wqe(qp, p.mbth.msn, WrOpcode::kRdmaRead, WrOpcode::kRdmaRead);
+  uint64_t off = p.mbth.offset, len = p.payload.size();
+  if (!w || off + len > w->length || off % kReadChunk != 0 ||
+      (len % kReadChunk != 0 && off + len != w->length)) {
+    c.bump(&qp, &Counters::rx_drop_unexpected);
+    return;
+  }
+  uint32_t first = static_cast<uint32_t>(off / kReadChunk);
+  uint32_t end = w->length == 0 ? 1 : static_cast<uint32_t>((off + len + kReadChunk - 1) / kReadChunk);
+  if (chunks_all_set(*w, first, end)) {
+    c.bump(&qp, &Counters::rx_drop_duplicate);
+    return;
+  }
+  if (len && !sgl_write(c, qp.owner, w->wr.sg.data(), w->wr.num_sge, off, p.payload)) {
+    uint32_t seq = qp.rd_slot[p.mbth.msn % kRdSlots];
+    fail(c, qp, seq, WcStatus::kLocQpOpErr);
+    return;
+  }
+  mark_chunks(*w, first, end);
+  qp.sb.on_delivered(p.mbth.psn, c.now(), qp.rtt);  // the request evidently arrived
+  if (w->chunks_got == w->chunks_total) w->response_done = true;
+  on_progress(c, qp);
+  drain(c, qp);
+}
+
+void on_atomic_resp(Core& c, Qp& qp, const proto::Frame& f) {
+  const proto::Packet& p = f.packet;
+  SendWqe* w = rd_wqe(qp, p.mbth.msn, WrOpcode::kAtomicCmpSwap, WrOpcode::kAtomicFetchAdd);
+  if (!w) {
+    c.bump(&qp, &Counters::rx_drop_unexpected);
+    return;
+  }
+  uint8_t bytes[8];
+  std::memcpy(bytes, &p.atomic_ack.original, 8);
+  if (!sgl_write(c, qp.owner, w->wr.sg.data(), w->wr.num_sge, 0, bytes)) {
+    fail(c, qp, qp.rd_slot[p.mbth.msn % kRdSlots], WcStatus::kLocQpOpErr);
+    return;
+  }
+  w->response_done = true;
+  // The response proves the request arrived even if its ACK was lost.
+  qp.sb.on_delivered(p.mbth.psn, c.now(), qp.rtt);
+  on_progress(c, qp);
+  drain(c, qp);
+}
+
+}  // namespace
+
+void on_response(Core& c, Qp& qp, const proto::Frame& f) {
+  if (qp.state != QpState::kRts && qp.state != QpState::kSqd) {
+    c.bump(&qp, &Counters::rx_drop_qp_state);
+    return;
+  }
+  switch (f.packet.mbth.opcode) {
+    case proto::Opcode::kAck: on_ack(c, qp, f); break;
+    case proto::Opcode::kNack: on_nack(c, qp, f); break;
+    case proto::Opcode::kReadResp: on_read_resp(c, qp, f); break;
+    case proto::Opcode::kAtomicResp: on_atomic_resp(c, qp, f); break;
+    default: break;
+  }
+}
+
+void drain(Core& c, Qp& qp) {
+  while (qp.sq_head != qp.sq_next && qp.state != QpState::kErr) {
+    SendWqe& w = qp.sqe(qp.sq_head);
+    if (w.status != WcStatus::kSuccess) {
+      fail(c, qp, qp.sq_head, w.status);
+      return;
+    }
+    if (!finished(qp, w)) break;
+    emit(c, qp, w, WcStatus::kSuccess);
+    ++qp.sq_head;
+  }
+  maybe_report_drained(c, qp);
+  requester::arm_rto(c, qp, false);
+  c.activate(qp);  // a finished READ/atomic may unblock fence or max_rd_atomic
+}
+
+void fail(Core& c, Qp& qp, uint32_t wqe_seq, WcStatus status) {
+  if (qp.state == QpState::kErr) return;
+  // In order: finished WQEs before the failing one succeed, unfinished ones
+  // are flushed (their outcome at the responder is unknown), the failing
+  // one carries status, everything after is flushed by qp_to_error.
+  for (; qp.sq_head != wqe_seq && proto::seq_lt(qp.sq_head, qp.sq_tail); ++qp.sq_head) {
+    SendWqe& w = qp.sqe(qp.sq_head);
+    emit(c, qp, w, finished(qp, w) ? WcStatus::kSuccess : WcStatus::kWrFlushErr);
+  }
+  if (qp.sq_head == wqe_seq && proto::seq_lt(qp.sq_head, qp.sq_tail)) {
+    emit(c, qp, qp.sqe(qp.sq_head), status);
+    ++qp.sq_head;
+  }
+  if (proto::seq_lt(qp.sq_next, qp.sq_head)) qp.sq_next = qp.sq_head;
+  c.qp_to_error(qp);
+}
+
+}  // namespace metaroce::fw::completer

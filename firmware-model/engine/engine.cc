@@ -1,0 +1,665 @@
+// Engine: objects, verbs calls and the dispatch of inputs to the three
+// roles (docs/engine.md). The roles live in requester.cc, responder.cc and
+// completer.cc; reliability.cc holds the windows and the scoreboard.
+#include "firmware-model/engine/engine.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "firmware-model/engine/qp.h"
+#include "firmware-model/engine/qp_state.h"
+
+namespace metaroce::fw {
+
+// ---------------- Core ----------------
+
+Core::Core(const EngineConfig& config, Hal hal)
+    : config_(config), hal_(hal), mrs_(config.caps.max_mr), scratch_(8192) {
+  CongestionParams p;
+  credit_ = make_receiver_credit(p);
+}
+
+void Core::send(Qp& qp, const proto::Packet& p, uint8_t path) {
+  OutPacket o;
+  const auto& gids = config_.port.gids;
+  if (qp.attr.av.sgid_index < gids.size()) o.src_ip = gids[qp.attr.av.sgid_index];
+  o.dst_ip = qp.attr.av.dgid;
+  // Path entropy: the path index in the low bits, the QP above it, so each
+  // of a QP's paths hashes differently and QPs spread too.
+  o.src_port = static_cast<uint16_t>(0xC000 | ((qp.qpn * 64u + path) & 0x3FFF));
+  o.dscp = qp.attr.av.traffic_class >> 2;
+  o.ttl = qp.attr.av.hop_limit;
+  o.packet = p;
+  bump(&qp, &Counters::tx_packets);
+  bump(&qp, &Counters::tx_bytes, proto::transport_length(p));
+  hal_.packets.send(o);
+}
+
+void Core::complete(Qp& qp, uint32_t cqn, const Completion& wc) {
+  if (!hal_.events.complete(cqn, wc)) {
+    bump(&qp, &Counters::cq_overflows);
+    overflowed_cqs_.push_back(cqn);
+  }
+}
+
+void Core::activate(Qp& qp) {
+  if (qp.in_active) return;
+  qp.in_active = true;
+  active_.push_back(&qp);
+}
+
+void Core::qp_to_error(Qp& qp) {
+  if (qp.state == QpState::kErr) return;
+  qp.state = QpState::kErr;
+  // Send queue, in order: an errored WQE keeps its status, the rest flush.
+  for (uint32_t s = qp.sq_head; s != qp.sq_tail; ++s) {
+    SendWqe& w = qp.sqe(s);
+    Completion wc;
+    wc.wr_id = w.wr.wr_id;
+    wc.status = w.status != WcStatus::kSuccess ? w.status : WcStatus::kWrFlushErr;
+    wc.qp_num = qp.qpn;
+    wc.src_qp = qp.attr.dest_qp_num;
+    complete(qp, qp.init.send_cqn, wc);
+  }
+  qp.sq_head = qp.sq_next = qp.sq_tail;
+  // Receive queue, in order: finished receives complete with their status.
+  for (uint32_t s = qp.rq_head; s != qp.rq_tail; ++s) {
+    RecvWqe& r = qp.rqe(s);
+    Completion wc;
+    wc.wr_id = r.wr.wr_id;
+    wc.status = r.done ? r.status : WcStatus::kWrFlushErr;
+    wc.opcode = r.done ? r.opcode : WcOpcode::kRecv;
+    wc.byte_len = r.done ? r.total : 0;
+    wc.imm = r.imm;
+    wc.wc_flags = r.done && r.with_imm ? uint32_t{kWcWithImm} : 0u;
+    wc.qp_num = qp.qpn;
+    wc.src_qp = qp.attr.dest_qp_num;
+    complete(qp, qp.init.recv_cqn, wc);
+  }
+  qp.rq_head = qp.rq_tail;
+  qp.sb.reset(qp.sb.nxt());
+  qp.rd_outstanding = 0;
+  qp.reads.clear();
+  qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
+  qp.tlp_deadline = kNever;
+  qp.pending_acks = 0;
+}
+
+bool wqe_complete(const Qp& qp, const SendWqe& w) {
+  return w.status != WcStatus::kSuccess || (w.wr.send_flags & kSendSignaled) || qp.init.sq_sig_all;
+}
+
+namespace {
+
+// Walks an SGL from message offset `offset`, calling f(addr, span index, n).
+template <class F>
+bool sgl_walk(const Sge* sg, uint32_t n, uint64_t offset, size_t len, F&& f) {
+  size_t done = 0;
+  for (uint32_t i = 0; i < n && done < len; ++i) {
+    if (offset >= sg[i].length) {
+      offset -= sg[i].length;
+      continue;
+    }
+    size_t take = std::min<uint64_t>(sg[i].length - offset, len - done);
+    if (!f(sg[i].addr + offset, done, take)) return false;
+    done += take;
+    offset = 0;
+  }
+  return done == len;
+}
+
+}  // namespace
+
+bool sgl_read(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
+              std::span<uint8_t> dst) {
+  return sgl_walk(sg, n, offset, dst.size(), [&](uint64_t addr, size_t at, size_t k) {
+    return c.hal().dma.read(owner, addr, dst.subspan(at, k));
+  });
+}
+
+bool sgl_write(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
+               std::span<const uint8_t> src) {
+  return sgl_walk(sg, n, offset, src.size(), [&](uint64_t addr, size_t at, size_t k) {
+    return c.hal().dma.write(owner, addr, src.subspan(at, k));
+  });
+}
+
+// ---------------- Engine ----------------
+
+namespace {
+constexpr uint32_t kQpIndexBits = 12;
+constexpr uint32_t kQpIndexMask = (1u << kQpIndexBits) - 1;
+constexpr uint32_t kFirstQpIndex = 2;  // QPN 0 and 1 are special in IB
+constexpr uint32_t kPumpBudget = 16;   // packets per QP per round (fairness)
+
+uint32_t pow2_at_least(uint32_t n) {
+  uint32_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+}  // namespace
+
+struct Engine::Impl {
+  Impl(const EngineConfig& cfg, Hal hal)
+      : core(cfg, hal), pds(cfg.caps.max_pd), cqs(cfg.caps.max_cq) {}
+
+  Core core;
+  Table<Pd> pds;
+  Table<Cq> cqs;
+  std::vector<std::unique_ptr<Qp>> qps;  // by QPN index
+  std::vector<uint16_t> qp_gen;
+  uint32_t qp_count = 0;
+
+  Qp* find_qp(uint32_t qpn) const {
+    uint32_t i = qpn & kQpIndexMask;
+    if (i >= qps.size() || !qps[i] || qps[i]->qpn != qpn) return nullptr;
+    return qps[i].get();
+  }
+  int owned_qp(OwnerId owner, uint32_t qpn, Qp** out) const {
+    Qp* qp = find_qp(qpn);
+    if (!qp) return ENOENT;
+    if (qp->owner != owner) return EPERM;
+    *out = qp;
+    return 0;
+  }
+  template <class T>
+  static int owned(Table<T>& t, OwnerId owner, uint32_t h, T** out) {
+    T* v = t.get(h);
+    if (!v) return ENOENT;
+    if (v->owner != owner) return EPERM;
+    *out = v;
+    return 0;
+  }
+
+  // End of every entry point: CQ overflows move the CQ's QPs to ERR.
+  void settle() {
+    auto& list = core.overflowed_cqs();
+    while (!list.empty()) {
+      uint32_t cqn = list.back();
+      list.pop_back();
+      Cq* cq = cqs.get(cqn);
+      if (!cq || cq->overflowed) continue;
+      cq->overflowed = true;
+      core.hal().events.async_event(EventType::kCqErr, cqn);
+      for (auto& q : qps) {
+        if (q && q->state != QpState::kErr && (q->init.send_cqn == cqn || q->init.recv_cqn == cqn)) {
+          core.qp_to_error(*q);
+          core.hal().events.async_event(EventType::kQpFatal, q->qpn);
+        }
+      }
+    }
+  }
+
+  void reset_transport(Qp& qp) {
+    qp.sq_head = qp.sq_next = qp.sq_tail = 0;
+    qp.rq_head = qp.rq_tail = 0;
+    qp.sb.reset(0);
+    qp.rtt = RttEstimator{};
+    qp.next_recv_msn = qp.next_rd_msn = qp.rd_outstanding = 0;
+    qp.credit = qp.retries = qp.backoff = 0;
+    qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
+    qp.tlp_deadline = kNever;
+    qp.req_error = false;
+    qp.reads.clear();
+    qp.atomics = {};
+    qp.pending_acks = 0;
+    qp.ce_count = 0;
+    qp.comm_est = false;
+    qp.has_fatal_nack = false;
+  }
+
+  int make_cc(Qp& qp) {
+    CongestionParams p;
+    p.mtu_bytes = qp.mtu;
+    auto cc = make_congestion_control(core.config().congestion, p);
+    if (!cc) return EINVAL;
+    qp.cc = std::move(cc);
+    return 0;
+  }
+
+  void apply(Qp& qp, const QpAttr& a, uint32_t mask) {
+    QpAttr& q = qp.attr;
+    if (mask & kAttrAccessFlags) q.qp_access_flags = a.qp_access_flags;
+    if (mask & kAttrPkeyIndex) q.pkey_index = a.pkey_index;
+    if (mask & kAttrPort) q.port_num = a.port_num;
+    if (mask & kAttrAv) q.av = a.av;
+    if (mask & kAttrPathMtu) q.path_mtu = a.path_mtu;
+    if (mask & kAttrTimeout) q.timeout = a.timeout;
+    if (mask & kAttrRetryCnt) q.retry_cnt = a.retry_cnt;
+    if (mask & kAttrRnrRetry) q.rnr_retry = a.rnr_retry;
+    if (mask & kAttrRqPsn) q.rq_psn = a.rq_psn;
+    if (mask & kAttrMaxQpRdAtomic) q.max_rd_atomic = a.max_rd_atomic;
+    if (mask & kAttrMinRnrTimer) q.min_rnr_timer = a.min_rnr_timer;
+    if (mask & kAttrSqPsn) q.sq_psn = a.sq_psn;
+    if (mask & kAttrMaxDestRdAtomic) q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    if (mask & kAttrDestQpn) q.dest_qp_num = a.dest_qp_num;
+  }
+
+  void enter(Qp& qp, QpState from, QpState to) {
+    switch (to) {
+      case QpState::kReset:
+        reset_transport(qp);
+        qp.state = to;
+        return;
+      case QpState::kErr:
+        core.qp_to_error(qp);
+        return;
+      case QpState::kRtr:
+        if (from == QpState::kInit) {
+          qp.mtu = effective_mtu(qp.attr.path_mtu, core.config().port.link_mtu);
+          qp.rw.reset(qp.attr.rq_psn);
+          make_cc(qp);
+        }
+        break;
+      case QpState::kRts:
+        if (from == QpState::kRtr) qp.sb.reset(qp.attr.sq_psn);
+        break;
+      case QpState::kSqd:
+        if (from != QpState::kSqd) qp.sq_drained_reported = false;
+        break;
+      default: break;
+    }
+    qp.state = to;
+    if (to == QpState::kSqd) completer::drain(core, qp);
+    if (to == QpState::kRts) core.activate(qp);
+  }
+
+  void destroy(Qp& qp) {
+    if (Pd* pd = pds.get(qp.init.pdn)) --pd->refs;
+    if (Cq* cq = cqs.get(qp.init.send_cqn)) --cq->refs;
+    if (Cq* cq = cqs.get(qp.init.recv_cqn)) --cq->refs;
+    core.credit()->forget(qp.qpn);
+    auto& act = core.active();
+    act.erase(std::remove(act.begin(), act.end(), &qp), act.end());
+    uint32_t i = qp.qpn & kQpIndexMask;
+    ++qp_gen[i];
+    qps[i].reset();
+    --qp_count;
+  }
+
+  void timers(Qp& qp, Time now) {
+    if (qp.ack_deadline <= now) responder::send_ack(core, qp, false);
+    if (qp.rack_deadline <= now) {
+      qp.rack_deadline = kNever;
+      Time recheck = kNever;
+      auto& paths = core.lost_paths();
+      paths.clear();
+      uint64_t lost = qp.sb.detect_losses(now, qp.rtt.reorder_window(), &recheck, &paths);
+      qp.rack_deadline = recheck;
+      if (lost) {
+        qp.cc->on_loss(now, lost);
+        for (uint8_t p : paths) qp.paths->on_loss(p, now);
+        qp.rtt.on_recovery();
+        core.activate(qp);
+      }
+    }
+    if (qp.tlp_deadline <= now) requester::on_tlp(core, qp);
+    if (qp.rto_deadline <= now) requester::on_rto(core, qp);
+    if (qp.sb.any_rnr() && qp.sb.next_rnr_release() <= now) {
+      qp.sb.release_rnr(now);
+      requester::arm_rto(core, qp, false);
+      core.activate(qp);
+    }
+    if (qp.pace_deadline <= now) {
+      qp.pace_deadline = kNever;
+      core.activate(qp);
+    }
+  }
+
+  Time deadline(const Qp& qp) const {
+    Time t = std::min({qp.ack_deadline, qp.rack_deadline, qp.tlp_deadline, qp.rto_deadline,
+                       qp.pace_deadline});
+    if (qp.sb.any_rnr()) t = std::min(t, qp.sb.next_rnr_release());
+    return t;
+  }
+
+  void pump() {
+    auto& act = core.active();
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (size_t i = 0; i < act.size();) {
+        Qp& qp = *act[i];
+        uint32_t n = requester::run(core, qp, kPumpBudget) + responder::run(core, qp, kPumpBudget);
+        if (n) {
+          progress = true;
+          ++i;
+        } else {
+          qp.in_active = false;
+          act[i] = act.back();
+          act.pop_back();
+        }
+      }
+    }
+  }
+};
+
+Engine::Engine(const EngineConfig& config, Hal hal) : impl_(std::make_unique<Impl>(config, hal)) {}
+Engine::~Engine() = default;
+
+void Engine::set_port(const PortInfo& port) {
+  impl_->core.config().port = port;
+  impl_->core.hal().events.async_event(port.active ? EventType::kPortActive : EventType::kPortErr, 1);
+}
+const PortInfo& Engine::port() const { return impl_->core.config().port; }
+const DeviceCaps& Engine::caps() const { return impl_->core.config().caps; }
+
+int Engine::create_pd(OwnerId owner, uint32_t* pdn) {
+  uint32_t h = impl_->pds.add(Pd{owner, 0});
+  if (!h) return ENOMEM;
+  *pdn = h;
+  return 0;
+}
+
+int Engine::destroy_pd(OwnerId owner, uint32_t pdn) {
+  Pd* pd = nullptr;
+  if (int e = Impl::owned(impl_->pds, owner, pdn, &pd)) return e;
+  if (pd->refs) return EBUSY;
+  impl_->pds.remove(pdn);
+  return 0;
+}
+
+int Engine::reg_mr(OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length, uint32_t access,
+                   MrKeys* keys) {
+  Pd* pd = nullptr;
+  if (int e = Impl::owned(impl_->pds, owner, pdn, &pd)) return e;
+  if (length > caps().max_mr_size) return EINVAL;
+  uint8_t key = static_cast<uint8_t>(impl_->core.hal().random.next());
+  if (int e = impl_->core.mrs().reg(owner, pdn, addr, length, access, key, keys)) return e;
+  ++pd->refs;
+  return 0;
+}
+
+int Engine::dereg_mr(OwnerId owner, uint32_t lkey) {
+  uint32_t pdn = 0;
+  if (int e = impl_->core.mrs().dereg(owner, lkey, &pdn)) return e;
+  if (Pd* pd = impl_->pds.get(pdn)) --pd->refs;
+  return 0;
+}
+
+int Engine::create_cq(OwnerId owner, uint32_t cqe, uint32_t* cqn) {
+  if (cqe == 0 || cqe > caps().max_cqe) return EINVAL;
+  uint32_t h = impl_->cqs.add(Cq{owner, cqe, 0, false});
+  if (!h) return ENOMEM;
+  *cqn = h;
+  return 0;
+}
+
+int Engine::destroy_cq(OwnerId owner, uint32_t cqn) {
+  Cq* cq = nullptr;
+  if (int e = Impl::owned(impl_->cqs, owner, cqn, &cq)) return e;
+  if (cq->refs) return EBUSY;
+  impl_->cqs.remove(cqn);
+  return 0;
+}
+
+int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCap* actual_cap) {
+  Impl& m = *impl_;
+  Pd* pd = nullptr;
+  Cq *scq = nullptr, *rcq = nullptr;
+  if (int e = Impl::owned(m.pds, owner, init.pdn, &pd)) return e;
+  if (int e = Impl::owned(m.cqs, owner, init.send_cqn, &scq)) return e;
+  if (int e = Impl::owned(m.cqs, owner, init.recv_cqn, &rcq)) return e;
+  const DeviceCaps& c = caps();
+  const QpCap& cap = init.cap;
+  if (cap.max_send_wr > c.max_qp_wr || cap.max_recv_wr > c.max_qp_wr ||
+      cap.max_send_sge > c.max_sge || cap.max_recv_sge > c.max_sge ||
+      cap.max_inline_data > c.max_inline)
+    return EINVAL;
+  if (m.qp_count >= c.max_qp) return ENOMEM;
+  uint32_t idx = kFirstQpIndex;
+  while (idx < m.qps.size() && m.qps[idx]) ++idx;
+  if (idx > kQpIndexMask) return ENOMEM;
+  if (idx >= m.qps.size()) {
+    m.qps.resize(idx + 1);
+    m.qp_gen.resize(idx + 1);
+  }
+  auto qp = std::make_unique<Qp>();
+  qp->qpn = (uint32_t{m.qp_gen[idx]} & 0xFFF) << kQpIndexBits | idx;
+  qp->owner = owner;
+  qp->init = init;
+  qp->attr.cap = cap;
+  qp->sq.resize(pow2_at_least(std::max<uint32_t>(1, cap.max_send_wr)));
+  qp->sq_mask = static_cast<uint32_t>(qp->sq.size() - 1);
+  qp->rq.resize(pow2_at_least(std::max<uint32_t>(1, cap.max_recv_wr)));
+  qp->rq_mask = static_cast<uint32_t>(qp->rq.size() - 1);
+  qp->paths = make_path_selector(std::max<uint32_t>(1, m.core.config().num_paths),
+                                 m.core.hal().random.next());
+  if (int e = m.make_cc(*qp)) return e;
+  m.reset_transport(*qp);
+  ++pd->refs;
+  ++scq->refs;
+  ++rcq->refs;
+  *qpn = qp->qpn;
+  if (actual_cap) *actual_cap = cap;
+  m.qps[idx] = std::move(qp);
+  ++m.qp_count;
+  return 0;
+}
+
+int Engine::modify_qp(OwnerId owner, uint32_t qpn, const QpAttr& attr, uint32_t attr_mask) {
+  Qp* qp = nullptr;
+  if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
+  QpState next;
+  uint32_t gids = static_cast<uint32_t>(port().gids.size());
+  if (int e = check_modify(qp->state, attr, attr_mask, caps(), gids, &next, nullptr)) return e;
+  QpState from = qp->state;
+  impl_->apply(*qp, attr, attr_mask);
+  impl_->enter(*qp, from, next);
+  impl_->settle();
+  return 0;
+}
+
+int Engine::query_qp(OwnerId owner, uint32_t qpn, QpAttr* attr, QpInitAttr* init) const {
+  Qp* qp = nullptr;
+  if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
+  if (attr) {
+    *attr = qp->attr;
+    attr->qp_state = attr->cur_qp_state = qp->state;
+    attr->cap = qp->init.cap;
+  }
+  if (init) *init = qp->init;
+  return 0;
+}
+
+int Engine::destroy_qp(OwnerId owner, uint32_t qpn) {
+  Qp* qp = nullptr;
+  if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
+  impl_->destroy(*qp);
+  return 0;
+}
+
+void Engine::destroy_owner(OwnerId owner) {
+  Impl& m = *impl_;
+  for (auto& q : m.qps)
+    if (q && q->owner == owner) m.destroy(*q);  // no completions: its CQs die too
+  for (uint32_t i = 1; i < m.cqs.end(); ++i)
+    if (Cq* cq = m.cqs.get(i); cq && cq->owner == owner) m.cqs.remove(i);
+  m.core.mrs().remove_owner(owner, [&](const Mr& mr) {
+    if (Pd* pd = m.pds.get(mr.pdn)) --pd->refs;
+  });
+  for (uint32_t i = 1; i < m.pds.end(); ++i)
+    if (Pd* pd = m.pds.get(i); pd && pd->owner == owner) m.pds.remove(i);
+}
+
+int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
+  Qp* qp = nullptr;
+  if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
+  if (qp->state != QpState::kRts && qp->state != QpState::kSqd && qp->state != QpState::kErr)
+    return EINVAL;
+  if (static_cast<unsigned>(wr.opcode) > static_cast<unsigned>(WrOpcode::kAtomicFetchAdd))
+    return EINVAL;
+  bool inl = wr.send_flags & kSendInline;
+  bool atomic = wr.opcode == WrOpcode::kAtomicCmpSwap || wr.opcode == WrOpcode::kAtomicFetchAdd;
+  if (inl && (wr.inline_data.size() > qp->init.cap.max_inline_data ||
+              wr.opcode == WrOpcode::kRdmaRead || atomic))
+    return EINVAL;
+  if (!inl && wr.num_sge > qp->init.cap.max_send_sge) return EINVAL;
+  if (atomic && (wr.num_sge != 1 || wr.sg[0].length != 8)) return EINVAL;
+  if (qp->state == QpState::kErr) {  // IB: posted to an errored QP = flushed at once
+    Completion wc;
+    wc.wr_id = wr.wr_id;
+    wc.status = WcStatus::kWrFlushErr;
+    wc.qp_num = qp->qpn;
+    impl_->core.complete(*qp, qp->init.send_cqn, wc);
+    impl_->settle();
+    return 0;
+  }
+  if (qp->sq_tail - qp->sq_head >= qp->init.cap.max_send_wr) return ENOMEM;
+  SendWqe& w = qp->sqe(qp->sq_tail);
+  w.wr = wr;
+  uint64_t len = 0;
+  if (inl) len = wr.inline_data.size();
+  else
+    for (uint32_t i = 0; i < wr.num_sge; ++i) len += wr.sg[i].length;
+  w.length = static_cast<uint32_t>(std::min<uint64_t>(len, UINT32_MAX));
+  w.msn = w.sent = w.max_psn = 0;
+  w.started = w.all_sent = w.response_done = false;
+  w.status = len > caps().max_msg_size ? WcStatus::kLocLenErr : WcStatus::kSuccess;
+  w.chunks_got = 0;
+  w.chunks_total = wr.opcode == WrOpcode::kRdmaRead
+                       ? std::max<uint32_t>(1, (w.length + kReadChunk - 1) / kReadChunk)
+                       : 0;
+  w.chunks.assign((w.chunks_total + 63) / 64, 0);
+  ++qp->sq_tail;
+  impl_->core.activate(*qp);
+  return 0;
+}
+
+int Engine::post_recv(OwnerId owner, uint32_t qpn, const RecvWr& wr) {
+  Qp* qp = nullptr;
+  if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
+  if (qp->state == QpState::kReset) return EINVAL;
+  if (wr.num_sge > qp->init.cap.max_recv_sge) return EINVAL;
+  if (qp->rq_tail - qp->rq_head >= qp->init.cap.max_recv_wr) return ENOMEM;
+  if (qp->state == QpState::kErr) {
+    Completion wc;
+    wc.wr_id = wr.wr_id;
+    wc.status = WcStatus::kWrFlushErr;
+    wc.opcode = WcOpcode::kRecv;
+    wc.qp_num = qp->qpn;
+    impl_->core.complete(*qp, qp->init.recv_cqn, wc);
+    impl_->settle();
+    return 0;
+  }
+  RecvWqe& r = qp->rqe(qp->rq_tail);
+  r = RecvWqe{};
+  r.wr = wr;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) r.capacity += wr.sg[i].length;
+  ++qp->rq_tail;
+  return 0;
+}
+
+void Engine::on_frame(std::span<const uint8_t> frame) {
+  Impl& m = *impl_;
+  Core& c = m.core;
+  c.bump(nullptr, &Counters::rx_packets);
+  c.bump(nullptr, &Counters::rx_bytes, frame.size());
+  auto parsed = proto::parse_frame(frame);
+  if (!parsed) {
+    c.bump(nullptr, &Counters::rx_drop_parse);
+    if (parsed.error().code == proto::ParseErrorCode::kBadIcrc)
+      c.bump(nullptr, &Counters::rx_drop_bad_icrc);
+    return;
+  }
+  const proto::Frame& f = parsed.value();
+  const proto::Packet& p = f.packet;
+  if (p.mbth.opcode == proto::Opcode::kProbe) {  // path probe: answer on the same path
+    OutPacket o;
+    o.src_ip = f.headers.dst_ip;
+    o.dst_ip = f.headers.src_ip;
+    o.src_port = f.headers.src_port;
+    o.packet.mbth = p.mbth;
+    o.packet.mbth.opcode = proto::Opcode::kProbeReply;
+    o.packet.mbth.timestamp = static_cast<uint32_t>(c.now());
+    o.packet.probe = {p.probe.nonce, p.mbth.timestamp};
+    c.bump(nullptr, &Counters::tx_packets);
+    c.hal().packets.send(o);
+    return;
+  }
+  Qp* qp = m.find_qp(p.mbth.dest_qpn);
+  if (!qp) {
+    c.bump(nullptr, &Counters::rx_drop_unknown_qp);
+    return;
+  }
+  qp->counters.rx_packets++;
+  qp->counters.rx_bytes += frame.size();
+  switch (p.mbth.opcode) {
+    case proto::Opcode::kSend:
+    case proto::Opcode::kSendImm:
+    case proto::Opcode::kWrite:
+    case proto::Opcode::kWriteImm:
+    case proto::Opcode::kReadReq:
+    case proto::Opcode::kAtomicCmpSwap:
+    case proto::Opcode::kAtomicFetchAdd: responder::on_request(c, *qp, f); break;
+    case proto::Opcode::kAck:
+    case proto::Opcode::kNack:
+    case proto::Opcode::kReadResp:
+    case proto::Opcode::kAtomicResp: completer::on_response(c, *qp, f); break;
+    default: c.bump(qp, &Counters::rx_drop_not_request); break;
+  }
+  m.pump();
+  m.settle();
+}
+
+void Engine::on_timer() {
+  Impl& m = *impl_;
+  Time now = m.core.now();
+  for (auto& q : m.qps)
+    if (q && m.deadline(*q) <= now) m.timers(*q, now);
+  m.pump();
+  m.settle();
+}
+
+Time Engine::next_deadline() const {
+  Time t = kNever;
+  for (auto& q : impl_->qps)
+    if (q) t = std::min(t, impl_->deadline(*q));
+  return t;
+}
+
+void Engine::pump() {
+  impl_->pump();
+  impl_->settle();
+}
+
+const Counters& Engine::counters() const { return impl_->core.counters(); }
+
+int Engine::qp_counters(uint32_t qpn, Counters* out) const {
+  Qp* qp = impl_->find_qp(qpn);
+  if (!qp) return ENOENT;
+  *out = qp->counters;
+  return 0;
+}
+
+std::vector<uint32_t> Engine::qp_numbers() const {
+  std::vector<uint32_t> v;
+  for (auto& q : impl_->qps)
+    if (q) v.push_back(q->qpn);
+  return v;
+}
+
+std::string Engine::describe_qp(uint32_t qpn) const {
+  const Qp* q = impl_->find_qp(qpn);
+  if (!q) return "";
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "qpn %u state %s sq %u/%u/%u rq %u/%u una %u nxt %u inflight %u/%llu lost %u "
+                "rd %u retries %u backoff %u srtt %llu rto_at %llu rack_at %llu pace_at %llu "
+                "active %d req_error %d rcv_cum %u reads %zu credit %u cwnd %llu",
+                q->qpn, to_string(q->state), q->sq_head, q->sq_next, q->sq_tail, q->rq_head,
+                q->rq_tail, q->sb.una(), q->sb.nxt(), q->sb.pkts_in_flight(),
+                static_cast<unsigned long long>(q->sb.bytes_in_flight()), q->sb.lost_count(),
+                q->rd_outstanding, q->retries, q->backoff,
+                static_cast<unsigned long long>(q->rtt.srtt()),
+                static_cast<unsigned long long>(q->rto_deadline),
+                static_cast<unsigned long long>(q->rack_deadline),
+                static_cast<unsigned long long>(q->pace_deadline), q->in_active, q->req_error,
+                q->rw.cum(), q->reads.size(), q->credit,
+                static_cast<unsigned long long>(q->cc ? q->cc->window_bytes() : 0));
+  return buf;
+}
+
+}  // namespace metaroce::fw

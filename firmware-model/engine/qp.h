@@ -1,0 +1,216 @@
+// A reliable-connected QP's complete state, and the engine core the three
+// roles share (docs/engine.md). Internal to the engine: the public surface
+// is engine.h.
+//
+//   requester.cc  SQ work requests -> request packets; retransmissions
+//   responder.cc  inbound requests -> placement, ACK/NACK, READ/atomic responses
+//   completer.cc  inbound ACK/NACK/responses -> scoreboard, completions, errors
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "firmware-model/engine/congestion.h"
+#include "firmware-model/engine/engine.h"
+#include "firmware-model/engine/objects.h"
+#include "firmware-model/engine/reliability.h"
+#include "firmware-model/engine/types.h"
+#include "proto/packet.h"
+
+namespace metaroce::fw {
+
+inline constexpr uint32_t kReadChunk = 256;   // READ data tracked in 256-byte chunks (smallest MTU)
+inline constexpr uint32_t kRdSlots = 32;      // > max_qp_rd_atom: READ/atomic msn -> WQE
+inline constexpr uint32_t kAtomicCache = 64;  // responder: executed atomics, by PSN
+inline constexpr uint32_t kAckEvery = 2;      // ACK at least every this many packets
+
+struct SendWqe {
+  SendWr wr;
+  uint32_t length = 0;   // message bytes
+  uint32_t msn = 0;      // MBTH.msn (docs/engine.md §Message numbering)
+  uint32_t sent = 0;     // bytes segmented by first transmissions
+  uint32_t max_psn = 0;  // highest PSN carrying this WQE (READ re-issues raise it)
+  bool started = false;
+  bool all_sent = false;       // every first transmission is out
+  bool response_done = false;  // READ: all data placed; atomic: result written
+  WcStatus status = WcStatus::kSuccess;
+  // READ: which 256-byte chunks of the message arrived.
+  std::vector<uint64_t> chunks;
+  uint32_t chunks_total = 0, chunks_got = 0;
+  bool is_rd() const {
+    return wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpSwap ||
+           wr.opcode == WrOpcode::kAtomicFetchAdd;
+  }
+};
+
+struct RecvWqe {
+  RecvWr wr;
+  uint64_t capacity = 0;  // sum of SGE lengths
+  bool bound = false;     // a message claimed it
+  bool done = false;
+  WcStatus status = WcStatus::kSuccess;
+  WcOpcode opcode = WcOpcode::kRecv;
+  uint32_t total = 0;   // message length
+  uint32_t placed = 0;  // unique bytes placed
+  bool with_imm = false;
+  uint32_t imm = 0;
+};
+
+// A READ being answered by the responder, drained by pump().
+struct ReadJob {
+  uint32_t psn = 0, msn = 0;
+  uint64_t va = 0;           // remote address of byte `base_offset` of the message
+  uint32_t length = 0;       // bytes of this request's range
+  uint32_t base_offset = 0;  // MBTH.offset of the request
+  uint32_t done = 0;         // bytes already answered
+  uint8_t path = 0;
+};
+
+struct AtomicResult {
+  bool valid = false;
+  uint32_t psn = 0, msn = 0;
+  uint64_t original = 0;
+  uint8_t path = 0;
+};
+
+struct Qp {
+  uint32_t qpn = 0;
+  OwnerId owner = 0;
+  QpInitAttr init;
+  QpAttr attr;
+  QpState state = QpState::kReset;
+  uint32_t mtu = 1024;  // payload bytes per packet (effective_mtu)
+  Counters counters;
+
+  // ---- send queue (ring of sequence numbers head <= next <= tail) ----
+  std::vector<SendWqe> sq;
+  uint32_t sq_mask = 0;
+  uint32_t sq_head = 0;  // oldest WQE not yet completed
+  uint32_t sq_next = 0;  // next WQE the requester starts
+  uint32_t sq_tail = 0;  // next free slot
+  SendWqe& sqe(uint32_t seq) { return sq[seq & sq_mask]; }
+
+  // ---- requester ----
+  SendScoreboard sb;
+  RttEstimator rtt;
+  std::unique_ptr<CongestionControlInterface> cc;
+  std::unique_ptr<PathSelectorInterface> paths;
+  uint32_t next_recv_msn = 0;  // receive-consuming messages started
+  uint32_t next_rd_msn = 0;    // READ/atomic messages started
+  uint32_t rd_outstanding = 0;
+  std::array<uint32_t, kRdSlots> rd_slot{};  // rd msn % kRdSlots -> WQE seq
+  uint32_t credit = 0;   // peer's latest grant in packets (0 = no limit)
+  uint32_t retries = 0;  // consecutive timeouts without progress
+  uint32_t backoff = 0;
+  Time rto_deadline = kNever;
+  Time rack_deadline = kNever;
+  Time tlp_deadline = kNever;  // tail loss probe (one per flight)
+  Time pace_deadline = kNever;
+  bool req_error = false;  // a WQE failed: start nothing new
+  bool sq_drained_reported = false;
+
+  // ---- responder ----
+  RecvWindow rw;
+  std::vector<RecvWqe> rq;
+  uint32_t rq_mask = 0;
+  uint32_t rq_head = 0, rq_tail = 0;
+  RecvWqe& rqe(uint32_t seq) { return rq[seq & rq_mask]; }
+  std::vector<ReadJob> reads;  // FIFO (small): front is being answered
+  std::array<AtomicResult, kAtomicCache> atomics{};
+  uint32_t pending_acks = 0;
+  Time ack_deadline = kNever;
+  uint32_t ack_echo_ts = 0;
+  uint8_t ack_echo_path = 0;
+  bool ack_ce = false;
+  uint16_t ce_count = 0;
+  bool comm_est = false;
+  bool has_fatal_nack = false;  // responder error: answer everything with this
+  proto::Nackh fatal_nack;
+
+  bool in_active = false;  // on Core::active
+};
+
+class Core {
+ public:
+  Core(const EngineConfig& config, Hal hal);
+
+  Time now() const { return hal_.clock.now(); }
+  Hal& hal() { return hal_; }
+  const EngineConfig& config() const { return config_; }
+  EngineConfig& config() { return config_; }
+  Counters& counters() { return counters_; }
+  MrTable& mrs() { return mrs_; }
+  ReceiverCreditInterface* credit() { return credit_.get(); }
+  std::vector<uint8_t>& scratch() { return scratch_; }
+  std::vector<uint8_t>& lost_paths() { return lost_paths_; }
+
+  // Counts on the device and on the QP (if any).
+  void bump(Qp* qp, uint64_t Counters::*field, uint64_t n = 1) {
+    counters_.*field += n;
+    if (qp) qp->counters.*field += n;
+  }
+  // Sends a packet of qp on path (fills addresses and entropy).
+  void send(Qp& qp, const proto::Packet& p, uint8_t path);
+  // Posts a completion; a full CQ is counted and its error handled at the
+  // end of the current engine entry point (flush_deferred).
+  void complete(Qp& qp, uint32_t cqn, const Completion& wc);
+  // Moves qp to ERR: flushes SQ and RQ in order, clears transport state.
+  void qp_to_error(Qp& qp);
+  // Puts qp on the list pump() serves.
+  void activate(Qp& qp);
+  std::vector<Qp*>& active() { return active_; }
+  std::vector<uint32_t>& overflowed_cqs() { return overflowed_cqs_; }
+
+ private:
+  EngineConfig config_;
+  Hal hal_;
+  Counters counters_;
+  MrTable mrs_;
+  std::unique_ptr<ReceiverCreditInterface> credit_;
+  std::vector<uint8_t> scratch_;
+  std::vector<uint8_t> lost_paths_;
+  std::vector<Qp*> active_;
+  std::vector<uint32_t> overflowed_cqs_;
+};
+
+// Signalling rule: errors always, success only when asked.
+bool wqe_complete(const Qp& qp, const SendWqe& w);
+
+// Gathers/scatters message bytes [offset, offset+dst.size()) through an SGL.
+bool sgl_read(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
+              std::span<uint8_t> dst);
+bool sgl_write(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
+               std::span<const uint8_t> src);
+
+namespace requester {
+// Transmits retransmissions and new packets as window, credit and pacing
+// allow; at most budget packets. Returns the number sent.
+uint32_t run(Core& c, Qp& qp, uint32_t budget);
+// Retransmission timeout (also re-issues lost READ/atomic responses).
+void on_rto(Core& c, Qp& qp);
+// Tail loss probe timer: armed on sends and progress, fires before the RTO.
+void arm_tlp(Core& c, Qp& qp);
+void on_tlp(Core& c, Qp& qp);
+// (Re)arms the retransmission timer from the current state.
+void arm_rto(Core& c, Qp& qp, bool restart);
+bool has_work(const Qp& qp);
+}  // namespace requester
+
+namespace responder {
+void on_request(Core& c, Qp& qp, const proto::Frame& f);
+void send_ack(Core& c, Qp& qp, bool dup);
+// Sends READ responses as pacing allows; returns packets sent.
+uint32_t run(Core& c, Qp& qp, uint32_t budget);
+}  // namespace responder
+
+namespace completer {
+void on_response(Core& c, Qp& qp, const proto::Frame& f);
+// Emits completions in posting order for WQEs that are finished.
+void drain(Core& c, Qp& qp);
+// A WQE failed fatally (NACK, retries exhausted): complete and go to ERR.
+void fail(Core& c, Qp& qp, uint32_t wqe_seq, WcStatus status);
+}  // namespace completer
+
+}  // namespace metaroce::fw

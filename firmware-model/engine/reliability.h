@@ -1,0 +1,196 @@
+// Reliability for a lossy, multipath fabric (docs/engine.md §Reliability):
+//
+//  - RecvWindow: the responder's view of one QP's request PSN space: a
+//    cumulative point (first PSN not yet received) and a 4096-PSN bitmap
+//    above it. Packets are placed on arrival in any order; the bitmap makes
+//    duplicates detectable so nothing is placed twice.
+//  - RttEstimator: srtt/rttvar (RFC 6298), min RTT and the spread between
+//    paths, from the timestamps the responder echoes.
+//  - SendScoreboard: the requester's in-flight packets, indexed by PSN in a
+//    ring, with a send-order list for RACK-style loss detection (RFC 8985):
+//    a packet is lost once a packet sent after it has been delivered and a
+//    reordering window has passed. Only lost PSNs are retransmitted; there
+//    is no go-back-N. Every operation is O(1) amortised per packet.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "firmware-model/engine/types.h"
+#include "proto/packet.h"
+
+namespace metaroce::fw {
+
+inline constexpr uint32_t kRecvWindow = 4096;  // PSNs the responder tracks above cum
+
+class RecvWindow {
+ public:
+  enum class Verdict : uint8_t { kNew, kDuplicate, kOutOfWindow };
+  void reset(uint32_t cum);
+  Verdict classify(uint32_t psn) const;
+  // Records psn (classify() said kNew); advances cum over received PSNs.
+  void mark(uint32_t psn);
+  uint32_t cum() const { return cum_; }
+  // Bit i set: PSN cum + 1 + i received (the ACK's SACK field).
+  uint64_t sack() const;
+
+ private:
+  bool test(uint32_t psn) const {
+    uint32_t i = psn & (kRecvWindow - 1);
+    return (bits_[i >> 6] >> (i & 63)) & 1;
+  }
+  std::array<uint64_t, kRecvWindow / 64> bits_{};
+  uint32_t cum_ = 0;
+};
+
+// Timer constants. RTO floor and initial value suit both a soft NIC on a
+// real fabric (tens of microseconds RTT) and virtual-time tests.
+inline constexpr Time kMinRto = 250'000;        // ns
+inline constexpr Time kInitialRto = 1'000'000;  // ns, before any RTT sample
+inline constexpr Time kInfiniteTimeoutCap = 1'000'000'000;  // timeout = 0: RTO cap, no retry limit
+inline constexpr Time kMinReorderWindow = 2'000;           // ns
+inline constexpr Time kDelayedAck = 8'000;                 // ns
+
+// IB local ACK timeout: 4.096 us * 2^timeout; 0 means infinite (kNever).
+Time ib_timeout_ns(uint8_t timeout);
+// IB RNR NAK timer encoding (IB spec table 45) in ns.
+Time rnr_timer_ns(uint8_t code);
+
+class RttEstimator {
+ public:
+  void sample(Time rtt);
+  bool has_sample() const { return srtt_ != 0; }
+  Time srtt() const { return srtt_; }
+  Time rttvar() const { return rttvar_; }
+  Time min_rtt() const { return min_rtt_; }
+  // The retransmission timeout before backoff.
+  Time rto() const;
+  // RACK reordering window: tolerates the delay spread between paths.
+  Time reorder_window() const;
+  // Tail loss probe timeout: about two round trips.
+  Time pto() const;
+  void on_spurious() { if (reo_mult_ < 8) ++reo_mult_; }
+  void on_recovery() { if (++recoveries_ % 64 == 0 && reo_mult_ > 1) --reo_mult_; }
+
+ private:
+  Time srtt_ = 0, rttvar_ = 0, min_rtt_ = 0, max_rtt_ = 0;
+  uint32_t reo_mult_ = 1;
+  uint32_t recoveries_ = 0;
+};
+
+enum class TxState : uint8_t {
+  kFree,       // slot unused
+  kInFlight,   // sent, outcome unknown (on the send-order list)
+  kDelivered,  // acknowledged cumulatively or selectively
+  kLost,       // declared lost, queued for retransmission
+  kRnrWait,    // RNR-NACKed, waiting for the RNR timer
+};
+
+struct TxEntry {
+  uint32_t psn = 0;
+  uint32_t wqe_seq = 0;  // send queue sequence number of the WQE
+  uint32_t offset = 0;   // message byte offset (READ_REQ: start of the range)
+  uint32_t len = 0;      // payload bytes (READ_REQ: range length)
+  uint32_t wire = 0;     // bytes charged to the congestion window
+  Time sent = 0;
+  uint64_t send_seq = 0;  // order of the latest (re)transmission
+  uint64_t prev = 0, next = 0;  // send-order list, by send_seq owner psn+1 (0 = none)
+  uint16_t xmits = 0;
+  uint8_t rnr_tries = 0;
+  uint8_t path = 0;
+  TxState state = TxState::kFree;
+  bool lost_by_rack = false;  // the pending retransmission is a fast one
+};
+
+struct AckOutcome {
+  uint64_t newly_acked_bytes = 0;
+  uint32_t newly_acked_pkts = 0;
+  bool progress = false;  // cumulative point moved or new SACK information
+};
+
+class SendScoreboard {
+ public:
+  SendScoreboard();
+  void reset(uint32_t psn);
+
+  uint32_t una() const { return una_; }  // oldest PSN not yet delivered
+  uint32_t nxt() const { return nxt_; }  // next new PSN
+  uint32_t outstanding() const { return nxt_ - una_; }
+  uint64_t bytes_in_flight() const { return bytes_in_flight_; }
+  uint32_t pkts_in_flight() const { return pkts_in_flight_; }
+  bool any_unacked() const { return pkts_in_flight_ > 0 || lost_count_ > 0; }
+  uint32_t lost_count() const { return lost_count_; }
+  bool any_rnr() const { return !rnr_.empty(); }
+
+  TxEntry* find(uint32_t psn);
+  // True when psn is known to have reached the responder.
+  bool delivered(uint32_t psn) {
+    if (proto::seq_lt(psn, una_)) return true;
+    TxEntry* e = find(psn);
+    return e && e->state == TxState::kDelivered;
+  }
+  // Records a first transmission at nxt(); returns the entry (psn filled).
+  TxEntry& add_new(uint32_t wqe_seq, uint32_t offset, uint32_t len, uint32_t wire, uint8_t path,
+                   Time now);
+  // Records a retransmission of a kLost entry.
+  void on_retransmit(TxEntry& e, uint8_t path, Time now);
+
+  AckOutcome on_ack(uint32_t cum, uint64_t sack, Time now, const RttEstimator& rtt);
+  // One PSN is known delivered (a READ or atomic response names it).
+  AckOutcome on_delivered(uint32_t psn, Time now, const RttEstimator& rtt);
+
+  // RACK: moves in-flight packets sent before the most recently delivered
+  // one and older than rack_rtt + reo_wnd to the lost queue. Returns lost
+  // bytes; *recheck is when the oldest survivor would be declared lost.
+  // lost_paths receives the path of each lost packet (for the selector).
+  uint64_t detect_losses(Time now, Time reo_wnd, Time* recheck,
+                         std::vector<uint8_t>* lost_paths);
+  // Retransmission timeout: every in-flight packet is declared lost.
+  uint64_t mark_all_lost();
+  // A single packet is known lost (trimmed payload NACK).
+  void mark_lost(uint32_t psn);
+  // Tail loss probe: the most recently sent in-flight packet is queued for
+  // retransmission so that its ACK reveals losses before it (RACK-TLP).
+  bool probe_tail();
+  // RNR NACK for psn: wait until `until`, then retransmit.
+  void rnr_wait(uint32_t psn, Time until);
+  Time next_rnr_release() const;
+  void release_rnr(Time now);
+
+  // Next PSN to retransmit (skips entries delivered meanwhile).
+  TxEntry* next_lost();
+  void pop_lost();
+
+ private:
+  bool lost_empty() const { return lost_head_ == lost_tail_; }
+  TxEntry& slot(uint32_t psn) { return ring_[psn & mask_]; }
+  void grow();
+  void list_append(TxEntry& e);
+  void list_remove(TxEntry& e);
+  void to_lost(TxEntry& e, bool rack);
+  void leave_flight(TxEntry& e);
+  void deliver(TxEntry& e, Time now, const RttEstimator& rtt, AckOutcome* out);
+  void push_lost(uint32_t psn);
+  void advance_una();
+
+  std::vector<TxEntry> ring_;
+  uint32_t mask_ = 0;
+  uint32_t una_ = 0, nxt_ = 0;
+  uint64_t bytes_in_flight_ = 0;
+  uint32_t pkts_in_flight_ = 0;
+  uint32_t lost_count_ = 0;  // entries in state kLost
+  uint64_t send_seq_ = 0;
+  // send-order list of kInFlight entries, linked by psn + 1 (0 = none)
+  uint64_t head_ = 0, tail_ = 0;
+  // RACK state: the most recently sent packet known delivered
+  uint64_t rack_seq_ = 0;
+  Time rack_rtt_ = 0;
+  // FIFO of lost PSNs (ring buffer, grows)
+  std::vector<uint32_t> lost_;
+  uint32_t lost_head_ = 0, lost_tail_ = 0;
+  struct RnrWait { uint32_t psn; Time until; };
+  std::vector<RnrWait> rnr_;
+};
+
+}  // namespace metaroce::fw

@@ -1,0 +1,348 @@
+#include "firmware-model/engine/requester.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "firmware-model/engine/qp.h"
+
+namespace metaroce::fw::requester {
+
+const char* to_string(State s) {
+  static constexpr const char* kNames[] = {"RETRANSMIT", "START_WQE",      "SEGMENT",
+                                           "SENT",       "IDLE",           "BLOCKED_WINDOW",
+                                           "BLOCKED_PACING", "BLOCKED_ORDER"};
+  return kNames[static_cast<unsigned>(s)];
+}
+
+namespace {
+
+using proto::Opcode;
+
+Opcode wire_opcode(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::kRdmaWrite: return Opcode::kWrite;
+    case WrOpcode::kRdmaWriteImm: return Opcode::kWriteImm;
+    case WrOpcode::kSend: return Opcode::kSend;
+    case WrOpcode::kSendImm: return Opcode::kSendImm;
+    case WrOpcode::kRdmaRead: return Opcode::kReadReq;
+    case WrOpcode::kAtomicCmpSwap: return Opcode::kAtomicCmpSwap;
+    case WrOpcode::kAtomicFetchAdd: return Opcode::kAtomicFetchAdd;
+  }
+  return Opcode::kSend;
+}
+
+bool carries_payload(WrOpcode op) {
+  return op == WrOpcode::kRdmaWrite || op == WrOpcode::kRdmaWriteImm || op == WrOpcode::kSend ||
+         op == WrOpcode::kSendImm;
+}
+
+// Bytes charged to the congestion window for one packet.
+uint32_t wire_bytes(WrOpcode op, uint32_t payload) {
+  return static_cast<uint32_t>(proto::header_length(wire_opcode(op)) + proto::kIcrcLen) +
+         (carries_payload(op) ? payload : 0);
+}
+
+// Builds the request packet for [offset, offset+len) of w (for READ_REQ the
+// range to read) and fills its payload into the scratch buffer. False when
+// the local memory could not be read.
+bool build(Core& c, Qp& qp, SendWqe& w, uint32_t psn, uint32_t offset, uint32_t len,
+           uint8_t path, bool retransmit, proto::Packet* p) {
+  const SendWr& wr = w.wr;
+  *p = proto::Packet{};
+  proto::Mbth& m = p->mbth;
+  m.opcode = wire_opcode(wr.opcode);
+  m.path_id = path;
+  m.dest_qpn = qp.attr.dest_qp_num;
+  m.psn = psn;
+  m.msn = w.msn;
+  m.offset = offset;
+  m.timestamp = static_cast<uint32_t>(c.now());
+  bool last = w.is_rd() || offset + len == w.length;
+  if (last) m.flags |= proto::kFlagLast | proto::kFlagAckReq;
+  if (last && (wr.send_flags & kSendSolicited)) m.flags |= proto::kFlagSolicited;
+  if (retransmit) m.flags |= proto::kFlagRetransmit;
+  switch (wr.opcode) {
+    case WrOpcode::kRdmaWriteImm:
+      p->imm = wr.imm;
+      [[fallthrough]];
+    case WrOpcode::kRdmaWrite:
+      p->reth = {wr.remote_addr, wr.rkey, w.length};
+      break;
+    case WrOpcode::kSendImm:
+      p->imm = wr.imm;
+      [[fallthrough]];
+    case WrOpcode::kSend:
+      p->seth.length = w.length;
+      break;
+    case WrOpcode::kRdmaRead:
+      p->reth = {wr.remote_addr + offset, wr.rkey, len};
+      return true;
+    case WrOpcode::kAtomicCmpSwap:
+      p->atomic = {wr.remote_addr, wr.rkey, wr.swap, wr.compare_add};
+      return true;
+    case WrOpcode::kAtomicFetchAdd:
+      p->atomic = {wr.remote_addr, wr.rkey, wr.compare_add, 0};
+      return true;
+  }
+  std::span<uint8_t> buf(c.scratch().data(), len);
+  if (wr.send_flags & kSendInline) {
+    if (len) std::memcpy(buf.data(), wr.inline_data.data() + offset, len);
+  } else if (!sgl_read(c, qp.owner, wr.sg.data(), wr.num_sge, offset, buf)) {
+    return false;
+  }
+  p->payload = buf;
+  return true;
+}
+
+// Local checks when a WQE starts: lkeys of its SGEs and message size.
+WcStatus check_local(Core& c, Qp& qp, SendWqe& w) {
+  const SendWr& wr = w.wr;
+  if (wr.send_flags & kSendInline) return WcStatus::kSuccess;
+  uint32_t need = w.is_rd() ? uint32_t{kAccessLocalWrite} : 0u;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) {
+    const Sge& s = wr.sg[i];
+    if (c.mrs().check_local(qp.owner, qp.init.pdn, s.lkey, s.addr, s.length, need) !=
+        KeyCheck::kOk)
+      return WcStatus::kLocProtErr;
+    total += s.length;
+  }
+  if (total > c.config().caps.max_msg_size) return WcStatus::kLocLenErr;
+  return WcStatus::kSuccess;
+}
+
+bool window_allows(Qp& qp, uint32_t wire) {
+  const SendScoreboard& sb = qp.sb;
+  if (sb.pkts_in_flight() == 0) return true;  // always let one packet out
+  if (qp.credit && sb.pkts_in_flight() >= qp.credit) return false;
+  return sb.bytes_in_flight() + wire <= qp.cc->window_bytes();
+}
+
+// Pacing: true when a packet of wire bytes may leave now. A result <= now
+// from next_send_time() means the packet is sent (docs/firmware-hal.md).
+bool pacing_allows(Core& c, Qp& qp, uint32_t wire) {
+  Time now = c.now();
+  Time t = qp.cc->next_send_time(now, wire);
+  if (t > now) {
+    qp.pace_deadline = t;
+    return false;
+  }
+  qp.pace_deadline = kNever;
+  return true;
+}
+
+State retransmit(Core& c, Qp& qp, TxEntry& e) {
+  SendWqe& w = qp.sqe(e.wqe_seq);
+  if (!window_allows(qp, e.wire)) return State::kBlockedWindow;
+  if (!pacing_allows(c, qp, e.wire)) return State::kBlockedPacing;
+  uint8_t path = qp.paths->next_path(c.now());
+  proto::Packet p;
+  if (!build(c, qp, w, e.psn, e.offset, e.len, path, true, &p)) {
+    completer::fail(c, qp, e.wqe_seq, WcStatus::kLocQpOpErr);
+    return State::kBlockedOrder;
+  }
+  c.bump(&qp, &Counters::tx_retransmits);
+  if (e.lost_by_rack) c.bump(&qp, &Counters::fast_retransmits);
+  qp.sb.pop_lost();
+  qp.sb.on_retransmit(e, path, c.now());
+  c.send(qp, p, path);
+  return State::kSent;
+}
+
+State start_wqe(Core& c, Qp& qp) {
+  SendWqe& w = qp.sqe(qp.sq_next);
+  if (qp.state != QpState::kRts) return State::kBlockedOrder;  // SQD: drain only
+  if ((w.wr.send_flags & kSendFence) && qp.rd_outstanding > 0) return State::kBlockedOrder;
+  if (w.is_rd() && qp.rd_outstanding >= std::max<uint32_t>(1, qp.attr.max_rd_atomic))
+    return State::kBlockedOrder;
+  w.started = true;
+  WcStatus st = check_local(c, qp, w);
+  if (st != WcStatus::kSuccess) {
+    c.bump(&qp, &Counters::local_errors);
+    w.status = st;
+    w.all_sent = true;
+    qp.req_error = true;
+    ++qp.sq_next;
+    completer::drain(c, qp);
+    return State::kBlockedOrder;
+  }
+  switch (w.wr.opcode) {
+    case WrOpcode::kSend:
+    case WrOpcode::kSendImm:
+    case WrOpcode::kRdmaWriteImm: w.msn = qp.next_recv_msn++; break;
+    case WrOpcode::kRdmaWrite: w.msn = qp.next_recv_msn; break;
+    default:
+      w.msn = qp.next_rd_msn++;
+      qp.rd_slot[w.msn % kRdSlots] = qp.sq_next;
+      ++qp.rd_outstanding;
+      break;
+  }
+  return State::kSegment;
+}
+
+State segment(Core& c, Qp& qp) {
+  uint32_t seq = qp.sq_next;
+  SendWqe& w = qp.sqe(seq);
+  uint32_t len = w.is_rd() ? w.length : std::min(qp.mtu, w.length - w.sent);
+  if (w.wr.opcode == WrOpcode::kAtomicCmpSwap || w.wr.opcode == WrOpcode::kAtomicFetchAdd) len = 8;
+  uint32_t wire = wire_bytes(w.wr.opcode, len);
+  if (qp.sb.outstanding() >= kRecvWindow - 1) return State::kBlockedWindow;
+  if (!window_allows(qp, wire)) return State::kBlockedWindow;
+  if (!pacing_allows(c, qp, wire)) return State::kBlockedPacing;
+  uint8_t path = qp.paths->next_path(c.now());
+  uint32_t psn = qp.sb.nxt();
+  proto::Packet p;
+  if (!build(c, qp, w, psn, w.sent, len, path, false, &p)) {
+    c.bump(&qp, &Counters::local_errors);
+    w.status = WcStatus::kLocQpOpErr;
+    w.all_sent = true;
+    qp.req_error = true;
+    ++qp.sq_next;
+    completer::drain(c, qp);
+    return State::kBlockedOrder;
+  }
+  qp.sb.add_new(seq, w.sent, len, wire, path, c.now());
+  w.max_psn = psn;
+  w.sent += len;
+  if (w.is_rd() || w.sent >= w.length) {
+    w.all_sent = true;
+    ++qp.sq_next;
+  }
+  c.send(qp, p, path);
+  return State::kSent;
+}
+
+State step(Core& c, Qp& qp) {
+  if (TxEntry* e = qp.sb.next_lost()) return retransmit(c, qp, *e);
+  if (qp.req_error) return State::kBlockedOrder;
+  if (qp.sq_next == qp.sq_tail) return State::kIdle;
+  if (!qp.sqe(qp.sq_next).started) {
+    State s = start_wqe(c, qp);
+    if (s != State::kSegment) return s;
+  }
+  return segment(c, qp);
+}
+
+}  // namespace
+
+bool has_work(const Qp& qp) {
+  if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return false;
+  return qp.sb.lost_count() > 0 || (!qp.req_error && qp.sq_next != qp.sq_tail);
+}
+
+uint32_t run(Core& c, Qp& qp, uint32_t budget) {
+  if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return 0;
+  qp.sb.release_rnr(c.now());
+  uint32_t sent = 0;
+  while (sent < budget && (qp.state == QpState::kRts || qp.state == QpState::kSqd)) {
+    State s = step(c, qp);
+    if (s != State::kSent) break;
+    ++sent;
+  }
+  if (sent) {
+    arm_rto(c, qp, false);
+    arm_tlp(c, qp);
+  }
+  return sent;
+}
+
+void arm_tlp(Core& c, Qp& qp) {
+  if (qp.sb.pkts_in_flight() == 0 || qp.state == QpState::kErr) {
+    qp.tlp_deadline = kNever;
+    return;
+  }
+  Time t = c.now() + qp.rtt.pto();
+  qp.tlp_deadline = t < qp.rto_deadline ? t : kNever;
+}
+
+void on_tlp(Core& c, Qp& qp) {
+  qp.tlp_deadline = kNever;
+  if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return;
+  if (qp.sb.lost_count() == 0 && qp.sb.probe_tail()) c.activate(qp);
+}
+
+void arm_rto(Core& c, Qp& qp, bool restart) {
+  bool waiting = qp.sb.any_unacked() || qp.rd_outstanding > 0;
+  if (!waiting || qp.state == QpState::kErr) {
+    qp.rto_deadline = kNever;
+    return;
+  }
+  if (qp.rto_deadline != kNever && !restart) return;
+  Time cap = ib_timeout_ns(qp.attr.timeout);
+  cap = cap == kNever ? kInfiniteTimeoutCap : std::max(cap, kMinRto);
+  Time rto = qp.rtt.rto();
+  for (uint32_t i = 0; i < qp.backoff && rto < cap; ++i) rto *= 2;
+  qp.rto_deadline = c.now() + std::min(rto, cap);
+}
+
+namespace {
+
+// READ data still missing after a timeout: ask again for each missing run
+// of chunks, with a new PSN, the same MSN, MBTH.offset = run start.
+void reissue_read(Core& c, Qp& qp, uint32_t seq) {
+  SendWqe& w = qp.sqe(seq);
+  uint32_t runs = 0;
+  for (uint32_t i = 0; i < w.chunks_total && runs < 8;) {
+    if ((w.chunks[i / 64] >> (i % 64)) & 1) {
+      ++i;
+      continue;
+    }
+    uint32_t j = i;
+    while (j < w.chunks_total && !((w.chunks[j / 64] >> (j % 64)) & 1)) ++j;
+    uint32_t off = i * kReadChunk;
+    uint32_t end = std::min<uint64_t>(uint64_t{j} * kReadChunk, w.length);
+    uint32_t len = end - off;
+    uint8_t path = qp.paths->next_path(c.now());
+    uint32_t psn = qp.sb.nxt();
+    proto::Packet p;
+    build(c, qp, w, psn, off, len, path, true, &p);
+    qp.sb.add_new(seq, off, len, wire_bytes(w.wr.opcode, len), path, c.now());
+    w.max_psn = psn;
+    c.bump(&qp, &Counters::tx_retransmits);
+    c.send(qp, p, path);
+    ++runs;
+    i = j;
+  }
+}
+
+// An atomic whose request was acknowledged but whose response never came:
+// resend the request with its original PSN; the responder replays the
+// result from its cache instead of executing twice.
+void resend_atomic(Core& c, Qp& qp, uint32_t seq) {
+  SendWqe& w = qp.sqe(seq);
+  uint8_t path = qp.paths->next_path(c.now());
+  proto::Packet p;
+  build(c, qp, w, w.max_psn, 0, 8, path, true, &p);
+  c.bump(&qp, &Counters::tx_retransmits);
+  c.send(qp, p, path);
+}
+
+}  // namespace
+
+void on_rto(Core& c, Qp& qp) {
+  qp.rto_deadline = kNever;
+  if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return;
+  if (!qp.sb.any_unacked() && qp.rd_outstanding == 0) return;
+  c.bump(&qp, &Counters::timeouts);
+  ++qp.retries;
+  if (qp.attr.timeout != 0 && qp.retries > qp.attr.retry_cnt) {
+    completer::fail(c, qp, qp.sq_head, WcStatus::kRetryExcErr);
+    return;
+  }
+  qp.cc->on_timeout(c.now());
+  qp.sb.mark_all_lost();
+  // Responses lost after their request was delivered.
+  for (uint32_t seq = qp.sq_head; seq != qp.sq_next; ++seq) {
+    SendWqe& w = qp.sqe(seq);
+    if (!w.is_rd() || !w.all_sent || w.response_done || w.status != WcStatus::kSuccess) continue;
+    if (qp.sb.delivered(w.max_psn)) {
+      if (w.wr.opcode == WrOpcode::kRdmaRead) reissue_read(c, qp, seq);
+      else resend_atomic(c, qp, seq);
+    }
+  }
+  ++qp.backoff;
+  c.activate(qp);
+  arm_rto(c, qp, true);
+}
+
+}  // namespace metaroce::fw::requester

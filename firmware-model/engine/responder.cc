@@ -1,0 +1,392 @@
+#include "firmware-model/engine/responder.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "firmware-model/engine/qp.h"
+
+namespace metaroce::fw::responder {
+
+const char* to_string(State s) {
+  static constexpr const char* kNames[] = {
+      "CHECK_STATE", "CHECK_PSN",  "CHECK_OP",    "CHECK_RECV",     "CHECK_RKEY",
+      "EXECUTE",     "ACKNOWLEDGE", "DUPLICATE",  "NAK_RNR",        "NAK_ACCESS",
+      "NAK_INVALID", "NAK_REMOTE_OP", "DONE"};
+  return kNames[static_cast<unsigned>(s)];
+}
+
+namespace {
+
+using proto::Opcode;
+
+// One inbound request being served.
+struct Req {
+  const proto::Packet& p;
+  bool ce;
+  RecvWqe* recv = nullptr;
+  WcStatus recv_status = WcStatus::kSuccess;  // error to complete the receive with
+};
+
+bool consumes_recv(Opcode op) {
+  return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
+}
+bool is_atomic(Opcode op) { return op == Opcode::kAtomicCmpSwap || op == Opcode::kAtomicFetchAdd; }
+
+proto::Packet reply(Qp& qp, Opcode op, uint32_t psn, uint32_t msn, Time now, uint8_t path) {
+  proto::Packet p;
+  p.mbth.opcode = op;
+  p.mbth.dest_qpn = qp.attr.dest_qp_num;
+  p.mbth.psn = psn;
+  p.mbth.msn = msn;
+  p.mbth.path_id = path;
+  p.mbth.timestamp = static_cast<uint32_t>(now);
+  return p;
+}
+
+void send_nack(Core& c, Qp& qp, proto::NackReason reason, uint32_t psn, uint8_t path) {
+  proto::Packet p = reply(qp, Opcode::kNack, psn, qp.rq_head, c.now(), path);
+  p.nack = {reason, qp.attr.min_rnr_timer, psn};
+  c.send(qp, p, path);
+}
+
+void drain_recv(Core& c, Qp& qp) {
+  while (qp.rq_head != qp.rq_tail && qp.rqe(qp.rq_head).done) {
+    RecvWqe& r = qp.rqe(qp.rq_head);
+    Completion wc;
+    wc.wr_id = r.wr.wr_id;
+    wc.status = r.status;
+    wc.opcode = r.opcode;
+    wc.byte_len = r.total;
+    wc.imm = r.imm;
+    wc.wc_flags = r.with_imm ? uint32_t{kWcWithImm} : 0u;
+    wc.qp_num = qp.qpn;
+    wc.src_qp = qp.attr.dest_qp_num;
+    ++qp.rq_head;
+    c.complete(qp, qp.init.recv_cqn, wc);
+  }
+}
+
+State check_state(Core& c, Qp& qp, Req& r) {
+  switch (qp.state) {
+    case QpState::kRtr:
+      if (!qp.comm_est) {
+        qp.comm_est = true;
+        c.hal().events.async_event(EventType::kCommEst, qp.qpn);
+      }
+      return State::kCheckPsn;
+    case QpState::kRts:
+    case QpState::kSqd:
+    case QpState::kSqe: return State::kCheckPsn;
+    case QpState::kErr:
+      if (qp.has_fatal_nack)  // keep telling the requester why (the first NACK may be lost)
+        send_nack(c, qp, qp.fatal_nack.reason, qp.fatal_nack.psn, r.p.mbth.path_id);
+      [[fallthrough]];
+    default: c.bump(&qp, &Counters::rx_drop_qp_state); return State::kDone;
+  }
+}
+
+State check_psn(Core& c, Qp& qp, Req& r) {
+  switch (qp.rw.classify(r.p.mbth.psn)) {
+    case RecvWindow::Verdict::kNew: return State::kCheckOp;
+    case RecvWindow::Verdict::kDuplicate: return State::kDuplicate;
+    case RecvWindow::Verdict::kOutOfWindow: break;
+  }
+  c.bump(&qp, &Counters::rx_drop_out_of_window);
+  return State::kDone;
+}
+
+State check_op(Core& c, Qp& qp, Req& r) {
+  const proto::Packet& p = r.p;
+  uint64_t end = uint64_t{p.mbth.offset} + p.payload.size();
+  switch (p.mbth.opcode) {
+    case Opcode::kSend:
+    case Opcode::kSendImm:
+      if (end > p.seth.length) return State::kNakInvalid;
+      return State::kCheckRecv;
+    case Opcode::kWrite:
+    case Opcode::kWriteImm:
+      if (end > p.reth.length) return State::kNakInvalid;
+      return consumes_recv(p.mbth.opcode) ? State::kCheckRecv : State::kCheckRkey;
+    case Opcode::kReadReq:
+      if (!p.payload.empty()) return State::kNakInvalid;
+      return State::kCheckRkey;
+    case Opcode::kAtomicCmpSwap:
+    case Opcode::kAtomicFetchAdd:
+      if (p.atomic.va % 8 != 0) return State::kNakInvalid;
+      return State::kCheckRkey;
+    default: return State::kNakInvalid;
+  }
+}
+
+// Binds the message's MSN to the MSN-th posted receive (docs/engine.md
+// §Message numbering): out-of-order packets of different messages land in
+// the right buffers.
+State check_recv(Core& c, Qp& qp, Req& r) {
+  const proto::Packet& p = r.p;
+  uint32_t msn = p.mbth.msn;
+  if (proto::seq_lt(msn, qp.rq_head)) {  // message already completed
+    c.bump(&qp, &Counters::rx_drop_duplicate);
+    return State::kAcknowledge;
+  }
+  if (!proto::seq_lt(msn, qp.rq_tail)) return State::kNakRnr;
+  RecvWqe& rw = qp.rqe(msn);
+  bool is_send = p.mbth.opcode != Opcode::kWriteImm;
+  uint32_t total = is_send ? p.seth.length : p.reth.length;
+  r.recv = &rw;
+  if (!rw.bound) {
+    rw.bound = true;
+    rw.total = total;
+    rw.opcode = is_send ? WcOpcode::kRecv : WcOpcode::kRecvRdmaWithImm;
+    if (is_send && total > rw.capacity) {
+      r.recv_status = WcStatus::kLocLenErr;
+      return State::kNakInvalid;
+    }
+    if (is_send) {
+      for (uint32_t i = 0; i < rw.wr.num_sge; ++i) {
+        const Sge& s = rw.wr.sg[i];
+        if (c.mrs().check_local(qp.owner, qp.init.pdn, s.lkey, s.addr, s.length,
+                                kAccessLocalWrite) != KeyCheck::kOk) {
+          r.recv_status = WcStatus::kLocProtErr;
+          return State::kNakRemoteOp;
+        }
+      }
+    }
+  } else if (rw.total != total || rw.done) {
+    return State::kNakInvalid;
+  }
+  return is_send ? State::kExecute : State::kCheckRkey;
+}
+
+State check_rkey(Core& c, Qp& qp, Req& r) {
+  const proto::Packet& p = r.p;
+  uint64_t va = 0, len = 0;
+  uint32_t rkey = 0, need = 0;
+  if (is_atomic(p.mbth.opcode)) {
+    va = p.atomic.va, len = 8, rkey = p.atomic.rkey, need = kAccessRemoteAtomic;
+  } else {
+    va = p.reth.va, len = p.reth.length, rkey = p.reth.rkey;
+    need = p.mbth.opcode == Opcode::kReadReq ? kAccessRemoteRead : kAccessRemoteWrite;
+  }
+  if (len == 0) return State::kExecute;  // IB: zero-length needs no key
+  if ((qp.attr.qp_access_flags & need) != need) return State::kNakAccess;
+  if (c.mrs().check_remote(qp.owner, qp.init.pdn, rkey, va, len, need, nullptr) != KeyCheck::kOk)
+    return State::kNakAccess;
+  return State::kExecute;
+}
+
+void run_atomic(Core& c, Qp& qp, const proto::Packet& p, uint64_t* original, bool* ok) {
+  uint8_t b[8];
+  *ok = c.hal().dma.read(qp.owner, p.atomic.va, b);
+  if (!*ok) return;
+  uint64_t v;
+  std::memcpy(&v, b, 8);
+  *original = v;
+  if (p.mbth.opcode == Opcode::kAtomicCmpSwap) {
+    if (v == p.atomic.compare) v = p.atomic.swap_add;
+  } else {
+    v += p.atomic.swap_add;
+  }
+  std::memcpy(b, &v, 8);
+  *ok = c.hal().dma.write(qp.owner, p.atomic.va, b);
+}
+
+void send_atomic_resp(Core& c, Qp& qp, const AtomicResult& a) {
+  proto::Packet resp = reply(qp, Opcode::kAtomicResp, a.psn, a.msn, c.now(), a.path);
+  resp.mbth.flags = proto::kFlagLast;
+  resp.atomic_ack.original = a.original;
+  c.send(qp, resp, a.path);
+}
+
+State execute(Core& c, Qp& qp, Req& r) {
+  const proto::Packet& p = r.p;
+  switch (p.mbth.opcode) {
+    case Opcode::kSend:
+    case Opcode::kSendImm:
+      if (!p.payload.empty() && !sgl_write(c, qp.owner, r.recv->wr.sg.data(),
+                                           r.recv->wr.num_sge, p.mbth.offset, p.payload)) {
+        r.recv_status = WcStatus::kLocQpOpErr;
+        return State::kNakRemoteOp;
+      }
+      break;
+    case Opcode::kWrite:
+    case Opcode::kWriteImm:
+      if (!p.payload.empty() &&
+          !c.hal().dma.write(qp.owner, p.reth.va + p.mbth.offset, p.payload))
+        return State::kNakRemoteOp;
+      break;
+    case Opcode::kReadReq:
+      qp.reads.push_back({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
+                          p.mbth.path_id});
+      c.activate(qp);
+      break;
+    case Opcode::kAtomicCmpSwap:
+    case Opcode::kAtomicFetchAdd: {
+      bool ok = false;
+      AtomicResult& a = qp.atomics[p.mbth.psn % kAtomicCache];
+      a = {true, p.mbth.psn, p.mbth.msn, 0, p.mbth.path_id};
+      run_atomic(c, qp, p, &a.original, &ok);
+      if (!ok) {
+        a.valid = false;
+        return State::kNakRemoteOp;
+      }
+      send_atomic_resp(c, qp, a);
+      break;
+    }
+    default: return State::kNakInvalid;
+  }
+  if (RecvWqe* rw = r.recv) {
+    rw->placed += static_cast<uint32_t>(p.payload.size());
+    if (p.mbth.opcode != Opcode::kSend) {
+      rw->with_imm = true;
+      rw->imm = p.imm;
+    }
+    if (rw->placed >= rw->total) rw->done = true;
+  }
+  return State::kAcknowledge;
+}
+
+State acknowledge(Core& c, Qp& qp, Req& r) {
+  const proto::Packet& p = r.p;
+  uint32_t before = qp.rw.cum();
+  qp.rw.mark(p.mbth.psn);
+  if (r.recv && r.recv->done) drain_recv(c, qp);
+  ++qp.pending_acks;
+  qp.ack_echo_ts = p.mbth.timestamp;
+  qp.ack_echo_path = p.mbth.path_id;
+  qp.ack_ce = r.ce;
+  bool gap = p.mbth.psn != before || qp.rw.sack() != 0;
+  if ((p.mbth.flags & proto::kFlagAckReq) || qp.pending_acks >= kAckEvery || gap)
+    send_ack(c, qp, false);
+  else if (qp.ack_deadline == kNever)
+    qp.ack_deadline = c.now() + kDelayedAck;
+  return State::kDone;
+}
+
+State duplicate(Core& c, Qp& qp, Req& r) {
+  const proto::Packet& p = r.p;
+  c.bump(&qp, &Counters::rx_drop_duplicate);
+  if (is_atomic(p.mbth.opcode)) {
+    const AtomicResult& a = qp.atomics[p.mbth.psn % kAtomicCache];
+    if (a.valid && a.psn == p.mbth.psn) {
+      c.bump(&qp, &Counters::atomic_replays);
+      send_atomic_resp(c, qp, a);
+    }
+  }
+  qp.ack_echo_ts = p.mbth.timestamp;
+  qp.ack_echo_path = p.mbth.path_id;
+  qp.ack_ce = r.ce;
+  send_ack(c, qp, true);
+  return State::kDone;
+}
+
+// Class C/D responder errors (IB 9.9.3): NACK, complete the receive with
+// its error if one is involved, QP to ERR with an affiliated event.
+State fatal(Core& c, Qp& qp, Req& r, proto::NackReason reason, EventType ev) {
+  uint32_t psn = r.p.mbth.psn;
+  send_nack(c, qp, reason, psn, r.p.mbth.path_id);
+  qp.has_fatal_nack = true;
+  qp.fatal_nack = {reason, qp.attr.min_rnr_timer, psn};
+  if (r.recv && r.recv_status != WcStatus::kSuccess) {
+    r.recv->status = r.recv_status;
+    r.recv->done = true;
+  }
+  c.qp_to_error(qp);
+  c.hal().events.async_event(ev, qp.qpn);
+  return State::kDone;
+}
+
+State nak_rnr(Core& c, Qp& qp, Req& r) {
+  c.bump(&qp, &Counters::rx_nak_rnr);
+  send_nack(c, qp, proto::NackReason::kRnr, r.p.mbth.psn, r.p.mbth.path_id);
+  return State::kDone;
+}
+
+State step(Core& c, Qp& qp, Req& r, State s) {
+  switch (s) {
+    case State::kCheckState: return check_state(c, qp, r);
+    case State::kCheckPsn: return check_psn(c, qp, r);
+    case State::kCheckOp: return check_op(c, qp, r);
+    case State::kCheckRecv: return check_recv(c, qp, r);
+    case State::kCheckRkey: return check_rkey(c, qp, r);
+    case State::kExecute: return execute(c, qp, r);
+    case State::kAcknowledge: return acknowledge(c, qp, r);
+    case State::kDuplicate: return duplicate(c, qp, r);
+    case State::kNakRnr: return nak_rnr(c, qp, r);
+    case State::kNakAccess:
+      c.bump(&qp, &Counters::rx_nak_access);
+      return fatal(c, qp, r, proto::NackReason::kRemoteAccessError, EventType::kQpAccessErr);
+    case State::kNakInvalid:
+      c.bump(&qp, &Counters::rx_nak_invalid);
+      return fatal(c, qp, r, proto::NackReason::kInvalidRequest, EventType::kQpReqErr);
+    case State::kNakRemoteOp:
+      c.bump(&qp, &Counters::rx_nak_invalid);
+      return fatal(c, qp, r, proto::NackReason::kRemoteOperationError, EventType::kQpFatal);
+    case State::kDone: break;
+  }
+  return State::kDone;
+}
+
+}  // namespace
+
+void on_request(Core& c, Qp& qp, const proto::Frame& f) {
+  Req r{f.packet, f.headers.ecn == 0b11};
+  if (r.ce) {
+    c.bump(&qp, &Counters::ecn_marks_seen);
+    ++qp.ce_count;
+  }
+  State s = State::kCheckState;
+  while (s != State::kDone) s = step(c, qp, r, s);
+}
+
+void send_ack(Core& c, Qp& qp, bool dup) {
+  Time now = c.now();
+  proto::Packet p = reply(qp, Opcode::kAck, qp.rw.cum(), qp.rq_head, now, qp.ack_echo_path);
+  proto::Ackh& a = p.ack;
+  a.cum_psn = qp.rw.cum();
+  a.sack = qp.rw.sack();
+  a.echo_ts = qp.ack_echo_ts;
+  a.echo_path = qp.ack_echo_path;
+  a.credit = c.credit()->grant(qp.qpn, now, qp.ack_ce);
+  a.ce_count = qp.ce_count;
+  a.ack_flags = (qp.ack_ce ? 1 : 0) | (dup ? 2 : 0);
+  a.rcv_msn = qp.rq_head;
+  c.send(qp, p, qp.ack_echo_path);
+  qp.pending_acks = 0;
+  qp.ce_count = 0;
+  qp.ack_deadline = kNever;
+}
+
+uint32_t run(Core& c, Qp& qp, uint32_t budget) {
+  uint32_t sent = 0;
+  while (sent < budget && !qp.reads.empty() && qp.state != QpState::kErr) {
+    ReadJob& j = qp.reads.front();
+    uint32_t len = std::min(qp.mtu, j.length - j.done);
+    uint32_t wire = len + static_cast<uint32_t>(proto::header_length(Opcode::kReadResp) +
+                                                proto::kIcrcLen);
+    Time now = c.now();
+    Time t = qp.cc->next_send_time(now, wire);
+    if (t > now) {
+      qp.pace_deadline = t;
+      break;
+    }
+    std::span<uint8_t> buf(c.scratch().data(), len);
+    if (len && !c.hal().dma.read(qp.owner, j.va + j.done, buf)) {
+      c.qp_to_error(qp);
+      c.hal().events.async_event(EventType::kQpFatal, qp.qpn);
+      break;
+    }
+    uint8_t path = qp.paths->next_path(now);
+    proto::Packet p = reply(qp, Opcode::kReadResp, j.psn, j.msn, now, path);
+    p.mbth.offset = j.base_offset + j.done;
+    if (j.done + len >= j.length) p.mbth.flags = proto::kFlagLast;
+    p.payload = buf;
+    j.done += len;
+    bool finished = j.done >= j.length;
+    c.send(qp, p, path);
+    ++sent;
+    if (finished) qp.reads.erase(qp.reads.begin());
+  }
+  return sent;
+}
+
+}  // namespace metaroce::fw::responder

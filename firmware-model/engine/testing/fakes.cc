@@ -1,0 +1,197 @@
+#include "firmware-model/engine/testing/fakes.h"
+
+#include <cstdio>
+
+namespace metaroce::fw::test {
+
+const char* status_name(WcStatus s) {
+  switch (s) {
+    case WcStatus::kSuccess: return "SUCCESS";
+    case WcStatus::kLocLenErr: return "LOC_LEN_ERR";
+    case WcStatus::kLocQpOpErr: return "LOC_QP_OP_ERR";
+    case WcStatus::kLocProtErr: return "LOC_PROT_ERR";
+    case WcStatus::kWrFlushErr: return "WR_FLUSH_ERR";
+    case WcStatus::kRemInvReqErr: return "REM_INV_REQ_ERR";
+    case WcStatus::kRemAccessErr: return "REM_ACCESS_ERR";
+    case WcStatus::kRemOpErr: return "REM_OP_ERR";
+    case WcStatus::kRetryExcErr: return "RETRY_EXC_ERR";
+    case WcStatus::kRnrRetryExcErr: return "RNR_RETRY_EXC_ERR";
+    default: return "OTHER";
+  }
+}
+
+std::string describe(const proto::Packet& p) {
+  char buf[160];
+  const proto::Mbth& m = p.mbth;
+  switch (m.opcode) {
+    case proto::Opcode::kAck:
+      std::snprintf(buf, sizeof buf, "ACK cum %u sack %llx", p.ack.cum_psn,
+                    static_cast<unsigned long long>(p.ack.sack));
+      return buf;
+    case proto::Opcode::kNack:
+      std::snprintf(buf, sizeof buf, "NACK %s psn %u", proto::to_string(p.nack.reason), p.nack.psn);
+      return buf;
+    default: break;
+  }
+  std::snprintf(buf, sizeof buf, "%s psn %u msn %u off %u len %zu", proto::to_string(m.opcode),
+                m.psn, m.msn, m.offset, p.payload.size());
+  std::string s = buf;
+  if (m.flags & proto::kFlagLast) s += " LAST";
+  if (m.flags & proto::kFlagAckReq) s += " ACKREQ";
+  if (m.flags & proto::kFlagRetransmit) s += " RETX";
+  return s;
+}
+
+void FakePort::send(const OutPacket& o) {
+  std::string what = describe(o.packet);
+  if (keep_log) log.push_back("tx " + what);
+  proto::FrameHeaders h;
+  h.src_ip = o.src_ip;
+  h.dst_ip = o.dst_ip;
+  h.src_port = o.src_port;
+  h.dscp = o.dscp;
+  h.ttl = o.ttl;
+  Frame f;
+  f.bytes.resize(proto::encap_length(h) + proto::transport_length(o.packet));
+  size_t n = proto::build_frame(h, o.packet, f.bytes);
+  f.bytes.resize(n);
+  f.path = o.packet.mbth.path_id;
+  f.what = std::move(what);
+  outbox.push_back(std::move(f));
+  OutPacket hdr = o;
+  hdr.packet.payload = {};
+  raw.push_back(hdr);
+}
+
+Node::Node(FakeClock& c, uint32_t ipv4, uint64_t seed, const EngineConfig& cfg0)
+    : clock(c), random(seed), ip(proto::IpAddr::v4(ipv4)) {
+  EngineConfig cfg = cfg0;
+  if (cfg.port.gids.empty()) cfg.port.gids.push_back(ip);
+  cfg.port.link_mtu = std::max<uint32_t>(cfg.port.link_mtu, 4200);
+  engine = std::make_unique<Engine>(cfg, Hal{clock, port, dma, events, random});
+}
+
+void Node::setup(size_t mem_bytes, uint32_t mr_access, QpCap cap) {
+  mem.assign(mem_bytes, 0);
+  engine->create_pd(kOwner, &pd);
+  engine->create_cq(kOwner, 4096, &scq);
+  engine->create_cq(kOwner, 4096, &rcq);
+  engine->reg_mr(kOwner, pd, base(), mem.size(), mr_access, &mr);
+  QpInitAttr init;
+  init.pdn = pd;
+  init.send_cqn = scq;
+  init.recv_cqn = rcq;
+  init.cap = cap;
+  engine->create_qp(kOwner, init, &qpn, nullptr);
+}
+
+void Node::connect(const proto::IpAddr& peer_ip, uint32_t peer_qpn, uint32_t qp_access,
+                   uint8_t timeout, uint8_t retry_cnt, uint8_t rnr_retry, uint8_t min_rnr_timer,
+                   uint32_t mtu) {
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.qp_access_flags = qp_access;
+  engine->modify_qp(kOwner, qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags);
+  a.qp_state = QpState::kRtr;
+  a.av.dgid = peer_ip;
+  a.path_mtu = mtu;
+  a.dest_qp_num = peer_qpn;
+  a.rq_psn = 1000;
+  a.min_rnr_timer = min_rnr_timer;
+  engine->modify_qp(kOwner, qpn, a,
+                    kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
+                        kAttrMaxDestRdAtomic | kAttrMinRnrTimer);
+  a.qp_state = QpState::kRts;
+  a.sq_psn = 1000;
+  a.timeout = timeout;
+  a.retry_cnt = retry_cnt;
+  a.rnr_retry = rnr_retry;
+  engine->modify_qp(kOwner, qpn, a,
+                    kAttrState | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrSqPsn |
+                        kAttrMaxQpRdAtomic);
+}
+
+int Node::post_recv(uint64_t wr_id, uint64_t off, uint32_t len) {
+  RecvWr r;
+  r.wr_id = wr_id;
+  r.num_sge = 1;
+  r.sg[0] = {base() + off, len, mr.lkey};
+  return engine->post_recv(kOwner, qpn, r);
+}
+
+SendWr Node::wr(WrOpcode op, uint64_t wr_id, uint64_t off, uint32_t len, uint32_t flags) {
+  SendWr w;
+  w.wr_id = wr_id;
+  w.opcode = op;
+  w.send_flags = flags;
+  w.num_sge = 1;
+  w.sg[0] = {base() + off, len, mr.lkey};
+  return w;
+}
+
+Bench::Bench(uint64_t seed, const EngineConfig& cfg)
+    : a(clock, 0x0A000001, seed * 3 + 1, cfg), b(clock, 0x0A000002, seed * 3 + 2, cfg),
+      rng(seed) {}
+
+void Bench::connect_pair(size_t mem, uint8_t timeout, uint8_t retry_cnt, uint8_t rnr_retry,
+                         uint32_t mtu) {
+  constexpr uint32_t kAll =
+      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  a.setup(mem, kAll);
+  b.setup(mem, kAll);
+  a.connect(b.ip, b.qpn, kAll, timeout, retry_cnt, rnr_retry, 1, mtu);
+  b.connect(a.ip, a.qpn, kAll, timeout, retry_cnt, rnr_retry, 1, mtu);
+}
+
+void Bench::collect(Node& from, bool to_b) {
+  for (auto& f : from.port.outbox) {
+    if (filter && !filter(f.what, !to_b)) {
+      ++dropped;
+      continue;
+    }
+    if (loss > 0 && rng.uniform() < loss) {
+      ++dropped;
+      continue;
+    }
+    int copies = dup > 0 && rng.uniform() < dup ? 2 : 1;
+    for (int i = 0; i < copies; ++i) {
+      InFlight x;
+      x.at = clock.t + path_delay[f.path % path_delay.size()] +
+             (jitter ? rng.next() % jitter : 0);
+      x.seq = seq_++;
+      x.to_b = to_b;
+      x.bytes = f.bytes;
+      if (corrupt > 0 && rng.uniform() < corrupt && x.bytes.size() > 60)
+        x.bytes[50 + rng.next() % (x.bytes.size() - 60)] ^= 0x20;
+      wire_.push(std::move(x));
+    }
+  }
+  from.port.outbox.clear();
+}
+
+bool Bench::run(const std::function<bool()>& done, Time limit) {
+  Time end = clock.t + limit;
+  while (true) {
+    a.engine->pump();
+    b.engine->pump();
+    collect(a, true);
+    collect(b, false);
+    if (done()) return true;
+    Time next = std::min(a.engine->next_deadline(), b.engine->next_deadline());
+    if (!wire_.empty()) next = std::min(next, wire_.top().at);
+    if (next == kNever || next > end) return false;
+    if (next > clock.t) clock.t = next;
+    while (!wire_.empty() && wire_.top().at <= clock.t) {
+      InFlight x = wire_.top();
+      wire_.pop();
+      ++delivered;
+      (x.to_b ? b : a).engine->on_frame(x.bytes);
+      collect(a, true);
+      collect(b, false);
+    }
+    if (a.engine->next_deadline() <= clock.t) a.engine->on_timer();
+    if (b.engine->next_deadline() <= clock.t) b.engine->on_timer();
+  }
+}
+
+}  // namespace metaroce::fw::test

@@ -1,0 +1,175 @@
+// In-test fakes for the engine's HAL and a two-engine test bench
+// (docs/engine.md §Testing). Fakes record what happened as short strings
+// ("tx WRITE psn 5 off 0 len 1024 LAST") and can drop, duplicate, corrupt
+// and delay packets per path. Virtual time: nothing here sleeps.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "firmware-model/engine/engine.h"
+#include "proto/packet.h"
+
+namespace metaroce::fw::test {
+
+class FakeClock : public ClockInterface {
+ public:
+  Time now() const override { return t; }
+  Time t = 1'000'000;
+};
+
+class FakeRandom : public RandomInterface {
+ public:
+  explicit FakeRandom(uint64_t seed) : s_(seed * 2654435761u + 1) {}
+  uint64_t next() override {
+    s_ ^= s_ << 13;
+    s_ ^= s_ >> 7;
+    s_ ^= s_ << 17;
+    return s_;
+  }
+  double uniform() { return static_cast<double>(next() >> 11) / 9007199254740992.0; }
+
+ private:
+  uint64_t s_;
+};
+
+// Addresses are real pointers; an owner marked dead fails every access.
+class FakeDma : public DmaInterface {
+ public:
+  bool read(OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override {
+    if (dead.count(owner)) return false;
+    if (!dst.empty()) std::memcpy(dst.data(), reinterpret_cast<const void*>(addr), dst.size());
+    ++reads;
+    return true;
+  }
+  bool write(OwnerId owner, uint64_t addr, std::span<const uint8_t> src) override {
+    if (dead.count(owner)) return false;
+    if (!src.empty()) std::memcpy(reinterpret_cast<void*>(addr), src.data(), src.size());
+    ++writes;
+    return true;
+  }
+  std::set<OwnerId> dead;
+  uint64_t reads = 0, writes = 0;
+};
+
+const char* status_name(WcStatus s);
+
+class FakeEvents : public EventSinkInterface {
+ public:
+  bool complete(uint32_t cqn, const Completion& wc) override {
+    auto& q = cqs[cqn];
+    auto cap = capacity.find(cqn);
+    if (cap != capacity.end() && q.size() >= cap->second) return false;
+    q.push_back(wc);
+    return true;
+  }
+  void async_event(EventType type, uint32_t element) override {
+    events.push_back(std::to_string(static_cast<int>(type)) + ":" + std::to_string(element));
+  }
+  bool has_event(EventType type, uint32_t element) const {
+    auto want = std::to_string(static_cast<int>(type)) + ":" + std::to_string(element);
+    for (auto& e : events)
+      if (e == want) return true;
+    return false;
+  }
+  std::vector<Completion> take(uint32_t cqn) {
+    auto v = std::move(cqs[cqn]);
+    cqs[cqn].clear();
+    return v;
+  }
+  std::map<uint32_t, std::vector<Completion>> cqs;
+  std::map<uint32_t, size_t> capacity;
+  std::vector<std::string> events;
+};
+
+// "tx WRITE psn 5 off 0 len 1024 LAST ACKREQ"
+std::string describe(const proto::Packet& p);
+
+class FakePort : public PacketPortInterface {
+ public:
+  void send(const OutPacket& o) override;
+  std::vector<std::string> log;  // describe() of every packet sent
+  bool keep_log = true;
+  struct Frame {
+    std::vector<uint8_t> bytes;
+    uint8_t path;
+    std::string what;
+  };
+  std::vector<Frame> outbox;  // built frames not yet taken by the bench
+  std::vector<OutPacket> raw; // last packets (headers only; payload not kept)
+};
+
+// One simulated NIC with its host memory.
+struct Node {
+  Node(FakeClock& clock, uint32_t ip, uint64_t seed, const EngineConfig& cfg = {});
+  FakeClock& clock;
+  FakePort port;
+  FakeDma dma;
+  FakeEvents events;
+  FakeRandom random;
+  proto::IpAddr ip;
+  std::unique_ptr<Engine> engine;
+
+  static constexpr OwnerId kOwner = 7;
+  uint32_t pd = 0, scq = 0, rcq = 0, qpn = 0;
+  std::vector<uint8_t> mem;  // registered at mr
+  MrKeys mr;
+  uint64_t base() const { return reinterpret_cast<uint64_t>(mem.data()); }
+
+  // PD + CQs + one RC QP + an MR over mem (access flags given).
+  void setup(size_t mem_bytes, uint32_t mr_access, QpCap cap = {64, 64, 16, 16, 256});
+  // RESET -> INIT -> RTR -> RTS towards (peer_ip, peer_qpn).
+  void connect(const proto::IpAddr& peer_ip, uint32_t peer_qpn, uint32_t qp_access,
+               uint8_t timeout = 14, uint8_t retry_cnt = 7, uint8_t rnr_retry = 7,
+               uint8_t min_rnr_timer = 1, uint32_t mtu = 1024);
+  int post_send(const SendWr& wr) { return engine->post_send(kOwner, qpn, wr); }
+  int post_recv(uint64_t wr_id, uint64_t off, uint32_t len);
+  SendWr wr(WrOpcode op, uint64_t wr_id, uint64_t off, uint32_t len, uint32_t flags = kSendSignaled);
+  std::vector<Completion> send_cq() { return events.take(scq); }
+  std::vector<Completion> recv_cq() { return events.take(rcq); }
+};
+
+// Two nodes and the wire between them. Per-path one-way delay, loss,
+// duplication, corruption; all decisions from one seeded generator.
+class Bench {
+ public:
+  explicit Bench(uint64_t seed = 1, const EngineConfig& cfg = {});
+  FakeClock clock;
+  Node a, b;
+  FakeRandom rng;
+  double loss = 0, dup = 0, corrupt = 0;
+  std::vector<Time> path_delay{5'000, 5'000, 5'000, 5'000};
+  Time jitter = 0;
+  // Return false to drop a specific frame (e.g. by its describe() string).
+  std::function<bool(const std::string& what, bool from_a)> filter;
+  uint64_t delivered = 0, dropped = 0;
+
+  // Both QPs set up and connected with the given access flags.
+  void connect_pair(size_t mem = 1 << 16, uint8_t timeout = 14, uint8_t retry_cnt = 7,
+                    uint8_t rnr_retry = 7, uint32_t mtu = 1024);
+  // Runs until done() holds or nothing is left to do or `limit` virtual ns
+  // have passed. Returns true when done() held.
+  bool run(const std::function<bool()>& done, Time limit = 10'000'000'000ull);
+  bool run_idle(Time limit = 10'000'000'000ull) { return run([] { return false; }, limit); }
+
+ private:
+  struct InFlight {
+    Time at;
+    uint64_t seq;
+    bool to_b;
+    std::vector<uint8_t> bytes;
+    bool operator>(const InFlight& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  void collect(Node& from, bool to_b);
+  std::priority_queue<InFlight, std::vector<InFlight>, std::greater<>> wire_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace metaroce::fw::test
