@@ -38,6 +38,7 @@ void deliver_fatal(struct mroce_context *ctx) {
   ev.element = 1;  // port number, as for the kernel's device-wide events
   ev.event_type = IBV_EVENT_DEVICE_FATAL;
   deliver_async(ctx, &ev);
+  mroce_wake_channels(ctx);
 }
 
 // Relays whole records read from the daemon's async fd; false at EOF/error.

@@ -98,6 +98,11 @@ struct ibv_cq *mroce_create_cq(struct ibv_context *context, int cqe,
     return nullptr;
   }
   cq->cqn = resp.cqn;
+  cq->channel_peer = peer_fd;
+  pthread_mutex_lock(&ctx->qp_lock);
+  cq->next = ctx->cq_list;
+  ctx->cq_list = cq;
+  pthread_mutex_unlock(&ctx->qp_lock);
   pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
   cq->vcq.cq.context = context;
   cq->vcq.cq.channel = channel;
@@ -145,8 +150,26 @@ int mroce_destroy_cq(struct ibv_cq *ibcq) {
   if (__atomic_load_n(&cq->qp_refs, __ATOMIC_ACQUIRE) > 0) return EBUSY;
   int err = mroce_ctrl_handle(ctx, MROCE_OP_DESTROY_CQ, cq->cqn);
   if (err && !mroce_dead(ctx)) return err;
+  pthread_mutex_lock(&ctx->qp_lock);
+  for (struct mroce_cq **p = &ctx->cq_list; *p; p = &(*p)->next)
+    if (*p == cq) {
+      *p = cq->next;
+      break;
+    }
+  pthread_mutex_unlock(&ctx->qp_lock);
   munmap(cq->map, cq->map_len);
   pthread_spin_destroy(&cq->lock);
   free(cq);
   return 0;
+}
+
+void mroce_wake_channels(struct mroce_context *ctx) {
+  pthread_mutex_lock(&ctx->qp_lock);
+  for (struct mroce_cq *cq = ctx->cq_list; cq; cq = cq->next) {
+    if (cq->channel_peer < 0) continue;
+    uint64_t handle = reinterpret_cast<uintptr_t>(&cq->vcq.cq);
+    ssize_t n = write(cq->channel_peer, &handle, sizeof(handle));
+    (void)n;  // non-blocking: a full channel already has a wake-up pending
+  }
+  pthread_mutex_unlock(&ctx->qp_lock);
 }

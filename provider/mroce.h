@@ -42,8 +42,9 @@ struct mroce_context {
   uint32_t ctx_id;
   struct mroce_device_attr dev_attr;
   struct mroce_port_attr port_attr;
-  pthread_mutex_t qp_lock;  // guards qp_list
+  pthread_mutex_t qp_lock;  // guards qp_list and cq_list
   struct mroce_qp *qp_list;
+  struct mroce_cq *cq_list;
   char last_reason[MROCE_REASON_LEN];
 };
 
@@ -66,6 +67,8 @@ struct mroce_cq {
   uint32_t cons;      // our consumer index (published to ring.hdr->consumer)
   int qp_refs;        // atomic: QPs using this CQ
   uint64_t events;    // completion events seen (cq_event)
+  int channel_peer;   // the daemon-side channel fd (the interposer owns it), or -1
+  struct mroce_cq *next;  // in the context's cq_list
 };
 
 struct mroce_wq {
@@ -129,6 +132,9 @@ int mroce_ctrl_call(struct mroce_context *ctx, const struct mroce_call *call);
 // Convenience for requests whose body is one handle and whose reply is empty.
 int mroce_ctrl_handle(struct mroce_context *ctx, uint16_t op, uint32_t handle);
 void mroce_mark_dead(struct mroce_context *ctx);
+// After the device died: wake ibv_get_cq_event waiters of every CQ with a
+// completion channel, so they poll and see the flush/EIO.
+void mroce_wake_channels(struct mroce_context *ctx);
 
 // ---- context (context.cc) ----
 extern const struct verbs_device_ops mroce_dev_ops;

@@ -450,6 +450,11 @@ TEST_CASE("create_cq__completion_channel_peer_goes_to_daemon") {
   CHECK(errno == EINVAL);
   mroce_channel_peer_hook = saved;
   CHECK(mroce_create_cq(f.ibctx, 0, nullptr, 0) == nullptr);
+  // When the daemon dies, a thread blocked in ibv_get_cq_event wakes up.
+  f.fake.hang_up();
+  REQUIRE(wait_readable(p[0], 5000));
+  REQUIRE(read(p[0], &got, 8) == 8);
+  CHECK(got == reinterpret_cast<uintptr_t>(cq));
   CHECK(mroce_destroy_cq(cq) == 0);
   close(p[0]);
   close(p[1]);
