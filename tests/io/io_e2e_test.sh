@@ -79,27 +79,34 @@ transfer() {
   wait_file "$ready" || { cat "$out"; return 1; }
   ip netns exec "$NA" "$PP" --role=source --if=va --io="$tx" --src-ip="${SRC:-10.77.0.1}" \
       --dst-ip="${DST:-10.77.0.2}" --dst-mac="$MAC_B" --count="$count" --size="$size" \
-      --pace-us="$pace" "${src_args[@]}" | grep -E '^source:'
+      --pace-us="$pace" "${src_args[@]}" 2>&1 | grep -E '^source:'
   local rc=0
   wait "$sink" || rc=$?
   grep -E '^(backend|sink|\[io\] .*(fall|limit))' "$out"
   [ $rc = 0 ] || { cat "$out" >&2; return 1; }
 }
 
+# Integrity cases: every frame that arrives must be intact (any damaged or
+# duplicated frame fails). Paced sources lose nothing on a quiet machine, but
+# when other jobs hold both vCPUs the sink can be descheduled long enough for
+# its ring to overflow (counted as kernel drops in the sink's stats line), so
+# 95% must arrive.
+MIN3000=2850; MIN2000=1900
+
 xdp_attached() { ip -n "$NB" -d link show dev vb | grep -q 'prog/xdp'; }
 
-case_xdp_rx_intact() { trap 'stop_bg; exit $?' EXIT; transfer xdp packet 3000 1024 100 3000; }
-case_xdp_rx_generic_ipv6() { trap 'stop_bg; exit $?' EXIT; SRC=fd77::1 DST=fd77::2 transfer xdp packet 3000 1400 100 3000 --xdp-mode=generic; }
-case_packet_rx_intact_xdp_tx() { trap 'stop_bg; exit $?' EXIT; transfer packet xdp 3000 1024 100 3000; }
-case_packet_v3_rx_intact() { trap 'stop_bg; exit $?' EXIT; transfer packet packet 3000 1514 100 3000 --ring=v3; }
+case_xdp_rx_intact() { trap 'stop_bg; exit $?' EXIT; need_xdp; transfer xdp packet 3000 1024 100 $MIN3000; }
+case_xdp_rx_generic_ipv6() { trap 'stop_bg; exit $?' EXIT; need_xdp; SRC=fd77::1 DST=fd77::2 transfer xdp packet 3000 1400 100 $MIN3000 --xdp-mode=generic; }
+case_packet_rx_intact_xdp_tx() { trap 'stop_bg; exit $?' EXIT; need_xdp; transfer packet xdp 3000 1024 100 $MIN3000; }
+case_packet_v3_rx_intact() { trap 'stop_bg; exit $?' EXIT; transfer packet packet 3000 1514 100 $MIN3000 --ring=v3; }
 
-case_xdp_multi_buffer_4k() { trap 'stop_bg; exit $?' EXIT;
+case_xdp_multi_buffer_4k() { trap 'stop_bg; exit $?' EXIT; need_xdp;
   set_mtu 4200
-  transfer xdp packet 2000 4150 200 2000 --xdp-mode=native
-  transfer xdp packet 2000 4150 200 2000 --xdp-mode=generic
+  transfer xdp packet 2000 4150 200 $MIN2000 --xdp-mode=native
+  transfer xdp packet 2000 4150 200 $MIN2000 --xdp-mode=generic
 }
 
-case_kernel_traffic_passes_while_attached() { trap 'stop_bg; exit $?' EXIT;
+case_kernel_traffic_passes_while_attached() { trap 'stop_bg; exit $?' EXIT; need_xdp;
   local ready=$TMP/hold.ready
   bg "$NB" --role=hold --if=vb --io=xdp --ready-file="$ready"
   wait_file "$ready"
@@ -112,7 +119,7 @@ case_kernel_traffic_passes_while_attached() { trap 'stop_bg; exit $?' EXIT;
   ip netns exec "$NA" "$PP" --role=udp-client --dst-ip=fd77::2 --port=9999 --count=5
 }
 
-case_xdp_program_dies_with_kill_9() { trap 'stop_bg; exit $?' EXIT;
+case_xdp_program_dies_with_kill_9() { trap 'stop_bg; exit $?' EXIT; need_xdp;
   local ready=$TMP/hold2.ready pid
   bg "$NB" --role=hold --if=vb --io=xdp --ready-file="$ready"
   pid=$BG_PID
@@ -125,7 +132,7 @@ case_xdp_program_dies_with_kill_9() { trap 'stop_bg; exit $?' EXIT;
   echo "XDP program detached after kill -9 of pid $pid"
 }
 
-case_auto_falls_back_to_af_packet() { trap 'stop_bg; exit $?' EXIT;
+case_auto_falls_back_to_af_packet() { trap 'stop_bg; exit $?' EXIT; need_xdp;
   local ready=$TMP/hold3.ready out=$TMP/auto.out
   bg "$NB" --role=hold --if=vb --io=xdp --xdp-mode=native --ready-file="$ready"
   wait_file "$ready"
@@ -143,6 +150,7 @@ case_rates() { trap 'stop_bg; exit $?' EXIT;
     for rx in "xdp --xdp-mode=native" "xdp --xdp-mode=generic" "packet --ring=v2" "packet --ring=v3"; do
       set -- $rx
       local b=$1; shift
+      [ "$b" = xdp ] && [ -n "$XDP_WHY" ] && continue
       echo "rate: $size B frames, rx $b $*"
       transfer "$b" packet 200000 "$size" 0 1 "$@" | grep -E '^sink:'
     done
@@ -154,22 +162,29 @@ case_round_trip() { trap 'stop_bg; exit $?' EXIT;
   for b in "xdp --xdp-mode=native" "xdp --xdp-mode=generic" "packet --ring=v2"; do
     set -- $b
     local io=$1; shift
+    [ "$io" = xdp ] && [ -n "$XDP_WHY" ] && continue
     local ready=$TMP/echo.$RANDOM
     bg "$NB" --role=echo --if=vb --io="$io" "$@" --timeout=3 --ready-file="$ready"
     wait_file "$ready"
     echo -n "rtt $io $*: "
     ip netns exec "$NA" "$PP" --role=ping --if=va --io=packet --src-ip=10.77.0.1 --dst-ip=10.77.0.2 \
-        --dst-mac="$MAC_B" --count=20000 --size=128 | grep -E '^ping:'
+        --dst-mac="$MAC_B" --count=20000 --size=128 2>&1 | grep -E '^ping:'
     kill "$BG_PID" 2>/dev/null; wait "$BG_PID" 2>/dev/null || true
   done
 }
 
+# Probes AF_XDP once: XDP_WHY is empty when it works, else the reason.
+probe_xdp() {
+  local out=$TMP/probe.out
+  ip netns exec "$NB" "$PP" --role=sink --if=vb --io=xdp --count=1 --timeout=0 >"$out" 2>&1
+  if grep -q '^backend af_xdp' "$out"; then XDP_WHY=""; else XDP_WHY=$(grep -m1 'cannot open' "$out"); fi
+}
+need_xdp() { [ -z "$XDP_WHY" ] || e2e_skip "AF_XDP unavailable: $XDP_WHY"; }
+
 e2e_require_root
-if ! grep -qs 'CONFIG_XDP_SOCKETS=y' "/boot/config-$(uname -r)" 2>/dev/null &&
-   ! [ -e /proc/sys/net/core/bpf_jit_enable ]; then
-  echo "SKIP: no BPF support in this kernel"; E2E_SKIPPED=1; e2e_finish; exit 0
-fi
 setup || e2e_fail "could not create namespaces $NA/$NB with a veth pair"
+probe_xdp
+[ -z "$XDP_WHY" ] || echo "AF_XDP cases will skip: $XDP_WHY"
 e2e_case xdp_rx_intact case_xdp_rx_intact
 e2e_case xdp_rx_generic_ipv6 case_xdp_rx_generic_ipv6
 e2e_case packet_rx_intact_xdp_tx case_packet_rx_intact_xdp_tx
