@@ -6,6 +6,7 @@
 # traffic still reaches the kernel while our XDP program is attached, that the
 # program dies with the process (kill -9), and print frame rates and RTTs.
 set -u
+export PATH=$PATH:/usr/sbin:/sbin  # capsh, ip (Bazel's strict action env has only /bin:/usr/bin)
 . tests/lib/e2e.sh
 PP=$(pwd)/tests/io/io_pingpong
 NA=mroce-ioa-$$; NB=mroce-iob-$$
@@ -142,6 +143,15 @@ case_auto_falls_back_to_af_packet() { trap 'stop_bg; exit $?' EXIT; need_xdp;
   grep -q '^backend af_packet' "$out" || e2e_fail "--io=auto did not fall back to AF_PACKET"
 }
 
+# Without CAP_IPC_LOCK the UMEM must fit RLIMIT_MEMLOCK (8 MiB here).
+case_umem_fits_memlock_without_cap_ipc_lock() { trap 'stop_bg; exit $?' EXIT; need_xdp
+  command -v capsh >/dev/null || e2e_skip "capsh (libcap2-bin) not installed"
+  local out=$TMP/memlock.out
+  ip netns exec "$NB" capsh --drop=cap_ipc_lock -- -c "ulimit -l 8192; '$PP' --role=sink --if=vb --io=xdp --count=1 --timeout=0" >"$out" 2>&1 || true
+  grep -E 'UMEM|^backend' "$out"
+  grep -q '^backend af_xdp' "$out" || { cat "$out"; e2e_fail "AF_XDP did not open within RLIMIT_MEMLOCK"; }
+}
+
 # Throughput: unpaced source (AF_PACKET sendmmsg) -> sink under test. Figures
 # only (noisy on a shared 2-vCPU VM); the case fails only if nothing arrives.
 case_rates() { trap 'stop_bg; exit $?' EXIT;
@@ -193,6 +203,7 @@ e2e_case xdp_multi_buffer_4k case_xdp_multi_buffer_4k
 e2e_case kernel_traffic_passes_while_attached case_kernel_traffic_passes_while_attached
 e2e_case xdp_program_dies_with_kill_9 case_xdp_program_dies_with_kill_9
 e2e_case auto_falls_back_to_af_packet case_auto_falls_back_to_af_packet
+e2e_case umem_fits_memlock_without_cap_ipc_lock case_umem_fits_memlock_without_cap_ipc_lock
 e2e_case rates case_rates
 e2e_case round_trip case_round_trip
 e2e_finish

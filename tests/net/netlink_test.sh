@@ -3,6 +3,7 @@
 # and mroce-nlb-PID (vb, 10.78.0.2/24, the neighbour). Each doctest case of
 # netlink_monitor_ns_test runs as one e2e case inside mroce-nla-PID.
 set -u
+export PATH=$PATH:/usr/sbin:/sbin  # capsh, ip (Bazel's strict action env has only /bin:/usr/bin)
 . tests/lib/e2e.sh
 T=$(pwd)/tests/net/netlink_monitor_ns_test
 NA=mroce-nla-$$; NB=mroce-nlb-$$
