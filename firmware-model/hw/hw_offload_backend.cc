@@ -1,0 +1,594 @@
+#include "firmware-model/hw/hw_offload_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace metaroce::hw {
+
+namespace {
+
+constexpr size_t kPage = 4096;
+
+uint32_t round_up_pow2(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+std::string hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof(b), "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+const char* admin_name(uint16_t op) {
+  static const char* const kNames[] = {
+      "?",          "QUERY_CAPS", "SET_PORT",  "CREATE_PD",     "DESTROY_PD",
+      "REG_MR",     "DEREG_MR",   "CREATE_CQ", "DESTROY_CQ",    "CREATE_QP",
+      "MODIFY_QP",  "QUERY_QP",   "DESTROY_QP", "DESTROY_OWNER", "QUERY_COUNTERS",
+  };
+  return op < std::size(kNames) ? kNames[op] : "?";
+}
+
+// Index ownership and ordering as docs/device-abi.md §Rings: the producer
+// store-releases its index after the slot; the consumer load-acquires it.
+uint32_t load_acquire(uint32_t& v) { return std::atomic_ref<uint32_t>(v).load(std::memory_order_acquire); }
+void store_release(uint32_t& v, uint32_t x) { std::atomic_ref<uint32_t>(v).store(x, std::memory_order_release); }
+uint8_t load_phase(uint8_t& v) { return std::atomic_ref<uint8_t>(v).load(std::memory_order_acquire); }
+
+// The phase a valid entry at free-running index i carries: 1 on the
+// first pass over a ring of `depth`, 0 on the second, ...
+uint8_t expected_phase(uint32_t i, uint32_t depth) { return ((i / depth) & 1) == 0 ? 1 : 0; }
+
+mroce_qp_cap to_abi(const fw::QpCap& c) {
+  return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
+}
+fw::QpCap to_fw(const mroce_qp_cap& c) {
+  return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
+}
+
+uint32_t ibv_mtu(uint32_t bytes) {
+  uint32_t e = 1;
+  while (e < 5 && (128u << (e + 1)) <= bytes) e++;
+  return e;
+}
+
+// fw::QpAttr -> the device ABI's mroce_qp_attr (the MODIFY_QP mailbox).
+mroce_qp_attr to_abi(const fw::QpAttr& q, uint32_t mask) {
+  mroce_qp_attr a{};
+  a.attr_mask = mask;
+  a.qp_state = static_cast<uint32_t>(q.qp_state);
+  a.cur_qp_state = static_cast<uint32_t>(q.cur_qp_state);
+  a.path_mtu = ibv_mtu(q.path_mtu);
+  a.qp_access_flags = q.qp_access_flags;
+  a.rq_psn = q.rq_psn;
+  a.sq_psn = q.sq_psn;
+  a.dest_qp_num = q.dest_qp_num;
+  std::memcpy(a.dgid, q.av.dgid.bytes.data(), 16);
+  a.flow_label = q.av.flow_label;
+  a.sgid_index = q.av.sgid_index;
+  a.hop_limit = q.av.hop_limit;
+  a.traffic_class = q.av.traffic_class;
+  a.is_global = 1;
+  a.timeout = q.timeout;
+  a.retry_cnt = q.retry_cnt;
+  a.rnr_retry = q.rnr_retry;
+  a.min_rnr_timer = q.min_rnr_timer;
+  a.max_rd_atomic = q.max_rd_atomic;
+  a.max_dest_rd_atomic = q.max_dest_rd_atomic;
+  a.port_num = q.port_num;
+  a.pkey_index = q.pkey_index;
+  a.cap = to_abi(q.cap);
+  return a;
+}
+
+fw::QpAttr to_fw(const mroce_qp_attr& a) {
+  fw::QpAttr q;
+  q.qp_state = static_cast<fw::QpState>(a.qp_state);
+  q.cur_qp_state = static_cast<fw::QpState>(a.cur_qp_state);
+  q.path_mtu = a.path_mtu >= 1 && a.path_mtu <= 5 ? 128u << a.path_mtu : 0;
+  q.qp_access_flags = a.qp_access_flags;
+  q.rq_psn = a.rq_psn;
+  q.sq_psn = a.sq_psn;
+  q.dest_qp_num = a.dest_qp_num;
+  std::memcpy(q.av.dgid.bytes.data(), a.dgid, 16);
+  q.av.flow_label = a.flow_label;
+  q.av.sgid_index = a.sgid_index;
+  q.av.hop_limit = a.hop_limit;
+  q.av.traffic_class = a.traffic_class;
+  q.timeout = a.timeout;
+  q.retry_cnt = a.retry_cnt;
+  q.rnr_retry = a.rnr_retry;
+  q.min_rnr_timer = a.min_rnr_timer;
+  q.max_rd_atomic = a.max_rd_atomic;
+  q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  q.port_num = a.port_num;
+  q.pkey_index = a.pkey_index;
+  q.cap = to_fw(a.cap);
+  return q;
+}
+
+// fw::SendWr -> the WQE silicon DMA-reads (the same bytes the provider
+// writes for the soft NIC).
+mroce_send_wqe encode(const fw::SendWr& wr) {
+  mroce_send_wqe w{};
+  w.wr_id = wr.wr_id;
+  w.opcode = static_cast<uint8_t>(wr.opcode);
+  w.send_flags = wr.send_flags;
+  w.imm = wr.imm;
+  w.rkey = wr.rkey;
+  w.remote_addr = wr.remote_addr;
+  w.compare_add = wr.compare_add;
+  w.swap = wr.swap;
+  if (wr.send_flags & fw::kSendInline) {
+    w.inline_len = static_cast<uint16_t>(wr.inline_data.size());
+    std::memcpy(w.u.inline_data, wr.inline_data.data(), wr.inline_data.size());
+  } else {
+    w.num_sge = static_cast<uint8_t>(wr.num_sge);
+    for (uint32_t i = 0; i < wr.num_sge; i++) w.u.sg[i] = {wr.sg[i].addr, wr.sg[i].length, wr.sg[i].lkey};
+  }
+  return w;
+}
+
+}  // namespace
+
+DmaBuffer::DmaBuffer(size_t bytes) : size_((bytes + kPage - 1) / kPage * kPage) {
+  if (size_ == 0) return;
+  mem_.reset(static_cast<uint8_t*>(std::aligned_alloc(kPage, size_)));
+  std::memset(mem_.get(), 0, size_);
+}
+
+HwOffloadBackend::Ring HwOffloadBackend::make_ring(uint32_t entries, uint32_t entry_size) {
+  Ring r;
+  r.entries = entries;
+  r.entry_size = entry_size;
+  r.mem = DmaBuffer(sizeof(mroce_ring_hdr) + size_t{entries} * entry_size);
+  r.hdr()->entries = entries;
+  r.hdr()->entry_size = entry_size;
+  return r;
+}
+
+HwOffloadBackend::HwOffloadBackend(RegisterSpaceInterface& bar0, fw::EventSinkInterface& events,
+                                   const HwOptions& options)
+    : bar0_(bar0), events_(events), options_(options) {
+  caps_ = fw::DeviceCaps{};
+  caps_.max_qp = caps_.max_cq = 0;  // nothing until QUERY_CAPS answers
+}
+
+int HwOffloadBackend::fail(int err, std::string why) {
+  last_error_ = std::move(why);
+  return err;
+}
+
+// ---------------- bring-up ----------------
+
+// Step 1-3 of docs/hardware-offload.md §Bring-up: identify, reset, agree
+// on the interface version.
+int HwOffloadBackend::reset_and_handshake() {
+  uint32_t id = bar0_.read32(MROCE_REG_DEV_ID);
+  if (id == 0xffffffffu || (id & 0xffff) != MROCE_HW_PCI_VENDOR || (id >> 16) != MROCE_HW_PCI_DEVICE)
+    return fail(ENODEV, "no MetaRoCE device answers on BAR0 (DEV_ID reads " + hex(id) + ")");
+  bar0_.write32(MROCE_REG_DEV_CTRL, MROCE_CTRL_RESET);
+  uint32_t st = 0;
+  for (uint32_t i = 0; i < options_.poll_budget; i++) {
+    st = bar0_.read32(MROCE_REG_DEV_STATUS);
+    if (st & MROCE_STATUS_READY) break;
+  }
+  if (!(st & MROCE_STATUS_READY))
+    return fail(ETIMEDOUT, "device did not finish reset (DEV_STATUS " + hex(st) + ")");
+  if (st & MROCE_STATUS_FATAL)
+    return fail(EIO, "device reports a fatal error after reset (code " +
+                         hex(bar0_.read32(MROCE_REG_FATAL_CODE)) + ")");
+  uint32_t fw = bar0_.read32(MROCE_REG_FW_VERSION);
+  if ((fw >> 16) != MROCE_HW_IF_MAJOR)
+    return fail(EPROTO, "firmware interface " + std::to_string(fw >> 16) + "." +
+                            std::to_string(fw & 0xffff) + ", this driver speaks " +
+                            std::to_string(MROCE_HW_IF_MAJOR) + ".x: update one of them");
+  bar0_.write32(MROCE_REG_DRV_VERSION, MROCE_HW_IF_MAJOR << 16 | MROCE_HW_IF_MINOR);
+  return 0;
+}
+
+// Step 4-5: admin queue, then event queue, then unmask the interrupt.
+void HwOffloadBackend::program_queues() {
+  uint32_t ad = round_up_pow2(options_.admin_depth), ed = round_up_pow2(options_.event_depth);
+  aq_ = DmaBuffer(size_t{ad} * sizeof(mroce_hw_admin_cmd));
+  acq_ = DmaBuffer(size_t{ad} * sizeof(mroce_hw_admin_cpl));
+  eq_ = DmaBuffer(size_t{ed} * sizeof(mroce_hw_eqe));
+  options_.admin_depth = ad;
+  options_.event_depth = ed;
+  aq_tail_ = acq_head_ = eq_head_ = 0;
+  bar0_.write64(MROCE_REG_AQ_BASE, aq_.iova());
+  bar0_.write32(MROCE_REG_AQ_DEPTH, ad);
+  bar0_.write64(MROCE_REG_ACQ_BASE, acq_.iova());
+  bar0_.write32(MROCE_REG_ACQ_DEPTH, ad);
+  bar0_.write32(MROCE_REG_DEV_CTRL, MROCE_CTRL_ENABLE);
+  bar0_.write64(MROCE_REG_EQ_BASE, eq_.iova());
+  bar0_.write32(MROCE_REG_EQ_DEPTH, ed);
+  bar0_.write32(MROCE_REG_DEV_CTRL, MROCE_CTRL_ENABLE | MROCE_CTRL_EQ_ENABLE);
+  bar0_.write32(MROCE_REG_EQ_HEAD, 0x80000000u);  // armed at index 0
+  bar0_.write32(MROCE_REG_INTR_MASK, 0);
+}
+
+int HwOffloadBackend::bring_up(std::string* why) {
+  up_ = false;
+  int err = reset_and_handshake();
+  if (!err) {
+    program_queues();
+    up_ = true;
+    mroce_device_attr attr{};
+    Admin q;
+    q.op = MROCE_ADMIN_QUERY_CAPS;
+    q.out = &attr;
+    q.out_len = sizeof(attr);
+    err = admin(q);
+    if (!err) {
+      caps_.max_qp = attr.max_qp;
+      caps_.max_qp_wr = attr.max_qp_wr;
+      caps_.max_sge = attr.max_sge;
+      caps_.max_cq = attr.max_cq;
+      caps_.max_cqe = attr.max_cqe;
+      caps_.max_mr = attr.max_mr;
+      caps_.max_mr_size = attr.max_mr_size;
+      caps_.max_pd = attr.max_pd;
+      caps_.max_qp_rd_atom = attr.max_qp_rd_atom;
+      caps_.max_inline = attr.max_inline;
+      caps_.max_msg_size = attr.max_msg_size;
+    } else {
+      up_ = false;
+      bar0_.write32(MROCE_REG_DEV_CTRL, MROCE_CTRL_RESET);  // leave it quiet
+    }
+  }
+  if (err) *why = "hw backend bring-up: " + last_error_;
+  return err;
+}
+
+// ---------------- admin queue ----------------
+
+int HwOffloadBackend::admin(Admin& a) {
+  if (!up_) return fail(ENODEV, std::string(admin_name(a.op)) + ": the device is not up");
+  if (aq_tail_ - acq_head_ >= options_.admin_depth)
+    return fail(EBUSY, "admin queue full");  // single-threaded: cannot happen
+  DmaBuffer in(a.in_len ? a.in_len : 0), out(a.out_len ? a.out_len : 0);
+  mroce_hw_admin_cmd c{};
+  c.opcode = a.op;
+  c.cmd_id = next_cmd_id_++;
+  c.owner = a.owner;
+  c.handle = a.handle;
+  if (a.in_len) {
+    std::memcpy(in.data(), a.in, a.in_len);
+    c.flags |= MROCE_ADMIN_F_IN;
+    c.in_iova = in.iova();
+    c.in_len = static_cast<uint32_t>(a.in_len);
+  }
+  if (a.out_len) {
+    c.flags |= MROCE_ADMIN_F_OUT;
+    c.out_iova = out.iova();
+    c.out_len = static_cast<uint32_t>(a.out_len);
+  }
+  std::memcpy(aq_.data() + size_t{aq_tail_ & (options_.admin_depth - 1)} * sizeof(c), &c, sizeof(c));
+  std::atomic_thread_fence(std::memory_order_release);  // command before doorbell (wmb)
+  bar0_.write32(MROCE_REG_AQ_TAIL, ++aq_tail_);
+  mroce_hw_admin_cpl cpl{};
+  if (int err = wait_admin_completion(a, c.cmd_id, &cpl)) return err;
+  if (cpl.status)
+    return fail(cpl.status, std::string(admin_name(a.op)) + " failed in firmware: " +
+                                std::strerror(cpl.status));
+  if (a.out_len) std::memcpy(a.out, out.data(), a.out_len);
+  a.result = cpl.result;
+  a.result2 = cpl.result2;
+  last_error_.clear();
+  return 0;
+}
+
+int HwOffloadBackend::wait_admin_completion(const Admin& a, uint32_t cmd_id,
+                                            mroce_hw_admin_cpl* cpl) {
+  auto* slot = reinterpret_cast<mroce_hw_admin_cpl*>(acq_.data()) +
+               (acq_head_ & (options_.admin_depth - 1));
+  uint8_t phase = expected_phase(acq_head_, options_.admin_depth);
+  for (uint32_t i = 0; i < options_.poll_budget; i++) {
+    if (load_phase(slot->phase) == phase) {
+      std::memcpy(cpl, slot, sizeof(*cpl));
+      bar0_.write32(MROCE_REG_ACQ_HEAD, ++acq_head_);
+      if (cpl->cmd_id != cmd_id) {
+        up_ = false;
+        return fail(EIO, std::string(admin_name(a.op)) + ": completion for command " +
+                             std::to_string(cpl->cmd_id) + ", expected " + std::to_string(cmd_id));
+      }
+      return 0;
+    }
+    uint32_t st = bar0_.read32(MROCE_REG_DEV_STATUS);
+    if (st & MROCE_STATUS_FATAL) {
+      up_ = false;
+      return fail(EIO, std::string(admin_name(a.op)) + ": device fatal error (code " +
+                           hex(bar0_.read32(MROCE_REG_FATAL_CODE)) + ")");
+    }
+  }
+  up_ = false;  // a device that stops answering must be reset
+  return fail(ETIMEDOUT, std::string(admin_name(a.op)) + " (command " + std::to_string(cmd_id) +
+                             ") timed out: no firmware completed it");
+}
+
+// ---------------- objects ----------------
+
+int HwOffloadBackend::set_port(const fw::PortInfo& port) {
+  mroce_hw_port p{};
+  p.link_mtu = port.link_mtu;
+  p.active = port.active;
+  p.num_gids = static_cast<uint32_t>(std::min<size_t>(port.gids.size(), 16));
+  for (uint32_t i = 0; i < p.num_gids; i++) std::memcpy(p.gids[i], port.gids[i].bytes.data(), 16);
+  Admin a;
+  a.op = MROCE_ADMIN_SET_PORT;
+  a.in = &p;
+  a.in_len = sizeof(p);
+  return admin(a);
+}
+
+int HwOffloadBackend::create_pd(fw::OwnerId owner, uint32_t* pdn) {
+  Admin a;
+  a.op = MROCE_ADMIN_CREATE_PD;
+  a.owner = owner;
+  int err = admin(a);
+  if (!err) *pdn = a.result;
+  return err;
+}
+
+int HwOffloadBackend::destroy_pd(fw::OwnerId owner, uint32_t pdn) {
+  Admin a;
+  a.op = MROCE_ADMIN_DESTROY_PD;
+  a.owner = owner;
+  a.handle = pdn;
+  return admin(a);
+}
+
+int HwOffloadBackend::reg_mr(fw::OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length,
+                             uint32_t access, fw::MrKeys* keys) {
+  mroce_reg_mr_req in{addr, length, pdn, access};
+  Admin a;
+  a.op = MROCE_ADMIN_REG_MR;
+  a.owner = owner;
+  a.in = &in;
+  a.in_len = sizeof(in);
+  int err = admin(a);
+  if (!err) *keys = {a.result, a.result2};
+  return err;
+}
+
+int HwOffloadBackend::dereg_mr(fw::OwnerId owner, uint32_t lkey) {
+  Admin a;
+  a.op = MROCE_ADMIN_DEREG_MR;
+  a.owner = owner;
+  a.handle = lkey;
+  return admin(a);
+}
+
+int HwOffloadBackend::create_cq(fw::OwnerId owner, uint32_t entries, uint32_t* cqn) {
+  if (entries == 0 || (caps_.max_cqe && entries > caps_.max_cqe))
+    return fail(EINVAL, "CQ entries must be 1.." + std::to_string(caps_.max_cqe));
+  Cq cq;
+  cq.owner = owner;
+  cq.ring = make_ring(round_up_pow2(entries), sizeof(mroce_cqe));
+  mroce_hw_create_cq in{cq.ring.mem.iova(), cq.ring.entries, 0};
+  Admin a;
+  a.op = MROCE_ADMIN_CREATE_CQ;
+  a.owner = owner;
+  a.in = &in;
+  a.in_len = sizeof(in);
+  if (int err = admin(a)) return err;
+  *cqn = a.result;
+  cqs_[a.result] = std::move(cq);
+  return 0;
+}
+
+int HwOffloadBackend::destroy_cq(fw::OwnerId owner, uint32_t cqn) {
+  Admin a;
+  a.op = MROCE_ADMIN_DESTROY_CQ;
+  a.owner = owner;
+  a.handle = cqn;
+  int err = admin(a);
+  if (!err) cqs_.erase(cqn);  // the device no longer writes the ring: free it after
+  return err;
+}
+
+int HwOffloadBackend::create_qp(fw::OwnerId owner, const fw::QpInitAttr& init, uint32_t* qpn,
+                                fw::QpCap* actual) {
+  Qp qp;
+  qp.owner = owner;
+  qp.send_cqn = init.send_cqn;
+  qp.recv_cqn = init.recv_cqn;
+  qp.sq = make_ring(round_up_pow2(std::max(init.cap.max_send_wr, 1u)), sizeof(mroce_send_wqe));
+  qp.rq = make_ring(round_up_pow2(std::max(init.cap.max_recv_wr, 1u)), sizeof(mroce_recv_wqe));
+  mroce_hw_create_qp in{};
+  in.pdn = init.pdn;
+  in.send_cqn = init.send_cqn;
+  in.recv_cqn = init.recv_cqn;
+  in.sq_sig_all = init.sq_sig_all;
+  in.cap = to_abi(init.cap);
+  in.sq_entries = qp.sq.entries;
+  in.rq_entries = qp.rq.entries;
+  in.sq_ring_iova = qp.sq.mem.iova();
+  in.rq_ring_iova = qp.rq.mem.iova();
+  mroce_qp_cap out{};
+  Admin a;
+  a.op = MROCE_ADMIN_CREATE_QP;
+  a.owner = owner;
+  a.in = &in;
+  a.in_len = sizeof(in);
+  a.out = &out;
+  a.out_len = sizeof(out);
+  if (int err = admin(a)) return err;
+  *qpn = a.result;
+  *actual = to_fw(out);
+  qps_[a.result] = std::move(qp);
+  return 0;
+}
+
+int HwOffloadBackend::modify_qp(fw::OwnerId owner, uint32_t qpn, const fw::QpAttr& attr,
+                                uint32_t attr_mask) {
+  mroce_qp_attr in = to_abi(attr, attr_mask);
+  Admin a;
+  a.op = MROCE_ADMIN_MODIFY_QP;
+  a.owner = owner;
+  a.handle = qpn;
+  a.in = &in;
+  a.in_len = sizeof(in);
+  return admin(a);
+}
+
+int HwOffloadBackend::query_qp(fw::OwnerId owner, uint32_t qpn, fw::QpAttr* attr,
+                               fw::QpInitAttr* init) {
+  mroce_query_qp_resp out{};
+  Admin a;
+  a.op = MROCE_ADMIN_QUERY_QP;
+  a.owner = owner;
+  a.handle = qpn;
+  a.out = &out;
+  a.out_len = sizeof(out);
+  if (int err = admin(a)) return err;
+  *attr = to_fw(out.attr);
+  init->sq_sig_all = out.sq_sig_all != 0;
+  init->cap = attr->cap;
+  auto it = qps_.find(qpn);
+  if (it != qps_.end()) {
+    init->send_cqn = it->second.send_cqn;
+    init->recv_cqn = it->second.recv_cqn;
+  }
+  return 0;
+}
+
+int HwOffloadBackend::destroy_qp(fw::OwnerId owner, uint32_t qpn) {
+  Admin a;
+  a.op = MROCE_ADMIN_DESTROY_QP;
+  a.owner = owner;
+  a.handle = qpn;
+  int err = admin(a);
+  if (!err) qps_.erase(qpn);
+  return err;
+}
+
+void HwOffloadBackend::destroy_owner(fw::OwnerId owner) {
+  Admin a;
+  a.op = MROCE_ADMIN_DESTROY_OWNER;
+  a.owner = owner;
+  admin(a);  // on failure the device is reset anyway (up_ false): rings go below
+  std::erase_if(qps_, [&](const auto& kv) { return kv.second.owner == owner; });
+  std::erase_if(cqs_, [&](const auto& kv) { return kv.second.owner == owner; });
+}
+
+// ---------------- data path ----------------
+
+int HwOffloadBackend::post_send(fw::OwnerId owner, uint32_t qpn, const fw::SendWr& wr) {
+  if (!up_) return fail(ENODEV, "post_send: the device is not up");
+  auto it = qps_.find(qpn);
+  if (it == qps_.end() || it->second.owner != owner) return fail(EINVAL, "post_send: no such QP");
+  if (wr.num_sge > MROCE_MAX_SGE || wr.inline_data.size() > MROCE_MAX_INLINE)
+    return fail(EINVAL, "post_send: too many SGEs or too much inline data");
+  Ring& sq = it->second.sq;
+  uint32_t prod = sq.hdr()->producer;  // we are the only writer
+  if (prod - load_acquire(sq.hdr()->consumer) >= sq.entries) return ENOMEM;
+  mroce_send_wqe w = encode(wr);
+  std::memcpy(sq.slot(prod), &w, sizeof(w));
+  store_release(sq.hdr()->producer, prod + 1);
+  bar0_.write32(qp_db(qpn) + MROCE_DB_SQ_PI, prod + 1);  // MMIO: no nic_sleeping check needed
+  return 0;
+}
+
+int HwOffloadBackend::post_recv(fw::OwnerId owner, uint32_t qpn, const fw::RecvWr& wr) {
+  if (!up_) return fail(ENODEV, "post_recv: the device is not up");
+  auto it = qps_.find(qpn);
+  if (it == qps_.end() || it->second.owner != owner) return fail(EINVAL, "post_recv: no such QP");
+  if (wr.num_sge > MROCE_MAX_SGE) return fail(EINVAL, "post_recv: too many SGEs");
+  Ring& rq = it->second.rq;
+  uint32_t prod = rq.hdr()->producer;
+  if (prod - load_acquire(rq.hdr()->consumer) >= rq.entries) return ENOMEM;
+  mroce_recv_wqe w{};
+  w.wr_id = wr.wr_id;
+  w.num_sge = wr.num_sge;
+  for (uint32_t i = 0; i < wr.num_sge; i++) w.sg[i] = {wr.sg[i].addr, wr.sg[i].length, wr.sg[i].lkey};
+  std::memcpy(rq.slot(prod), &w, sizeof(w));
+  store_release(rq.hdr()->producer, prod + 1);
+  bar0_.write32(qp_db(qpn) + MROCE_DB_RQ_PI, prod + 1);
+  return 0;
+}
+
+int HwOffloadBackend::request_notify(uint32_t cqn, bool solicited_only) {
+  if (!up_) return fail(ENODEV, "request_notify: the device is not up");
+  if (!cqs_.count(cqn)) return fail(EINVAL, "request_notify: no such CQ");
+  bar0_.write32(cq_db(cqn) + MROCE_DB_CQ_ARM,
+                solicited_only ? MROCE_CQ_ARM_SOLICITED : MROCE_CQ_ARM_ANY);
+  return 0;
+}
+
+int HwOffloadBackend::harvest_cq(uint32_t cqn, Cq& cq) {
+  Ring& r = cq.ring;
+  uint32_t cons = r.hdr()->consumer;
+  uint32_t prod = load_acquire(r.hdr()->producer);
+  int n = 0;
+  for (; cons != prod; cons++, n++) {
+    mroce_cqe e;
+    std::memcpy(&e, r.slot(cons), sizeof(e));
+    fw::Completion wc;
+    wc.wr_id = e.wr_id;
+    wc.status = static_cast<fw::WcStatus>(e.status);
+    wc.opcode = static_cast<fw::WcOpcode>(e.opcode);
+    wc.vendor_err = e.vendor_err;
+    wc.byte_len = e.byte_len;
+    wc.imm = e.imm;
+    wc.qp_num = e.qp_num;
+    wc.src_qp = e.src_qp;
+    wc.wc_flags = e.wc_flags;
+    if (!events_.complete(cqn, wc)) break;  // the host's CQ is full: keep it for later
+  }
+  if (n) {
+    store_release(r.hdr()->consumer, cons);
+    bar0_.write32(cq_db(cqn) + MROCE_DB_CQ_CI, cons);
+  }
+  return n;
+}
+
+int HwOffloadBackend::service(fw::Time) {
+  if (!up_) return 0;
+  int work = 0;
+  auto* eqes = reinterpret_cast<mroce_hw_eqe*>(eq_.data());
+  for (;;) {
+    mroce_hw_eqe& e = eqes[eq_head_ & (options_.event_depth - 1)];
+    if (load_phase(e.phase) != expected_phase(eq_head_, options_.event_depth)) break;
+    if (e.type != MROCE_EQE_COMPLETION) events_.async_event(static_cast<fw::EventType>(e.type), e.element);
+    eq_head_++;
+    work++;
+  }
+  if (work) bar0_.write32(MROCE_REG_EQ_HEAD, (eq_head_ & 0x7fffffffu) | 0x80000000u);
+  for (auto& [cqn, cq] : cqs_) work += harvest_cq(cqn, cq);  // completion EQEs only wake us
+  return work;
+}
+
+int HwOffloadBackend::query_counters(uint32_t qpn, std::vector<NamedCounter>* out) {
+  constexpr uint32_t kMax = 64;
+  std::vector<uint8_t> buf(sizeof(mroce_query_counters_resp) + kMax * sizeof(mroce_counter));
+  Admin a;
+  a.op = MROCE_ADMIN_QUERY_COUNTERS;
+  a.handle = qpn;
+  a.out = buf.data();
+  a.out_len = buf.size();
+  if (int err = admin(a)) return err;
+  mroce_query_counters_resp resp;
+  std::memcpy(&resp, buf.data(), sizeof(resp));
+  out->clear();
+  for (uint32_t i = 0; i < std::min(resp.n, kMax); i++) {
+    mroce_counter c;
+    std::memcpy(&c, buf.data() + sizeof(resp) + i * sizeof(c), sizeof(c));
+    c.name[sizeof(c.name) - 1] = 0;
+    out->push_back({c.name, c.value});
+  }
+  return 0;
+}
+
+std::vector<uint32_t> HwOffloadBackend::qp_numbers() {
+  std::vector<uint32_t> v;
+  for (const auto& [qpn, qp] : qps_) v.push_back(qpn);
+  return v;
+}
+
+}  // namespace metaroce::hw

@@ -1,0 +1,84 @@
+// TransportBackend: what the daemon needs from "the transport", whoever
+// runs it. Two implementations:
+//   - SoftBackend (soft_backend.h): the transport engine fw::Engine, run by
+//     the daemon's own loop (it also needs packets and timers, which stay
+//     outside this interface: the soft backend's host feeds them).
+//   - HwOffloadBackend (hw_offload_backend.h): partner silicon runs the
+//     transport; every call here becomes register writes and admin
+//     commands (docs/hardware-offload.md).
+//
+// Conventions are the engine's: 0 or a positive errno, nothing blocks for
+// long, nothing throws. Completions and asynchronous events come out
+// through the fw::EventSinkInterface given to the backend at construction:
+// the soft engine pushes them as they happen; the hardware backend finds
+// them in its event and completion rings when service() runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "firmware-model/engine/engine.h"
+#include "firmware-model/engine/types.h"
+
+namespace metaroce::hw {
+
+struct NamedCounter {
+  std::string name;
+  uint64_t value = 0;
+};
+
+inline constexpr uint32_t kDeviceCounters = 0xffffffffu;
+
+class TransportBackend {
+ public:
+  virtual ~TransportBackend() = default;
+  virtual const char* name() const = 0;  // "soft", "hw"
+
+  // ---- device and port ----
+  virtual const fw::DeviceCaps& caps() const = 0;
+  virtual int set_port(const fw::PortInfo& port) = 0;
+
+  // ---- objects (control path) ----
+  virtual int create_pd(fw::OwnerId owner, uint32_t* pdn) = 0;
+  virtual int destroy_pd(fw::OwnerId owner, uint32_t pdn) = 0;
+  virtual int reg_mr(fw::OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length,
+                     uint32_t access, fw::MrKeys* keys) = 0;
+  virtual int dereg_mr(fw::OwnerId owner, uint32_t lkey) = 0;
+  virtual int create_cq(fw::OwnerId owner, uint32_t entries, uint32_t* cqn) = 0;
+  virtual int destroy_cq(fw::OwnerId owner, uint32_t cqn) = 0;
+  virtual int create_qp(fw::OwnerId owner, const fw::QpInitAttr& init, uint32_t* qpn,
+                        fw::QpCap* actual) = 0;
+  virtual int modify_qp(fw::OwnerId owner, uint32_t qpn, const fw::QpAttr& attr,
+                        uint32_t attr_mask) = 0;
+  virtual int query_qp(fw::OwnerId owner, uint32_t qpn, fw::QpAttr* attr,
+                       fw::QpInitAttr* init) = 0;
+  virtual int destroy_qp(fw::OwnerId owner, uint32_t qpn) = 0;
+  virtual void destroy_owner(fw::OwnerId owner) = 0;
+
+  // ---- doorbells (data path) ----
+  // ENOMEM: the queue is full; the caller keeps the WR and retries.
+  virtual int post_send(fw::OwnerId owner, uint32_t qpn, const fw::SendWr& wr) = 0;
+  virtual int post_recv(fw::OwnerId owner, uint32_t qpn, const fw::RecvWr& wr) = 0;
+  // Ask for one notification (EventType-less: the sink's async_event is
+  // not used for it) when the next (solicited) CQE lands on cqn.
+  virtual int request_notify(uint32_t cqn, bool solicited_only) = 0;
+
+  // ---- completion harvesting and events ----
+  // Does the backend's periodic work (soft: due timers and transmission;
+  // hw: drain the event queue and the completion rings into the sink).
+  // Returns how much work was done; 0 means idle.
+  virtual int service(fw::Time now) = 0;
+  // When service() must run next at the latest (fw::kNever: on events only).
+  virtual fw::Time next_deadline() const = 0;
+
+  // ---- observability ----
+  virtual int query_counters(uint32_t qpn, std::vector<NamedCounter>* out) = 0;
+  virtual std::vector<uint32_t> qp_numbers() = 0;
+};
+
+// fw::Counters as name/value pairs, in the order of its fields (the names
+// the control protocol's QUERY_COUNTERS uses).
+std::vector<NamedCounter> named_counters(const fw::Counters& c);
+
+}  // namespace metaroce::hw
