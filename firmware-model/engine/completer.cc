@@ -94,14 +94,15 @@ void on_ack(Core& c, Qp& qp, const proto::Frame& f) {
   Time now = c.now();
   uint32_t rtt32 = static_cast<uint32_t>(now) - a.echo_ts;
   Time rtt = rtt32 < 1'000'000'000 ? rtt32 : 0;
-  if (rtt) qp.rtt.sample(rtt);
+  if (rtt) qp.rtt.sample(rtt, a.echo_path);
   if (a.ack_flags & 2) qp.rtt.on_spurious();  // the trigger was a duplicate
   qp.credit = a.credit;
   AckOutcome out = qp.sb.on_ack(a.cum_psn, a.sack, now, qp.rtt);
+  if (rtt) qp.sb.on_echo(now - rtt, rtt);
   Time recheck = kNever;
   std::vector<uint8_t>& lost_paths = c.lost_paths();
   lost_paths.clear();
-  uint64_t lost = qp.sb.detect_losses(now, qp.rtt.reorder_window(), &recheck, &lost_paths);
+  uint64_t lost = qp.sb.detect_losses(now, qp.rtt, &recheck, &lost_paths);
   qp.rack_deadline = recheck;
   bool ce = a.ack_flags & 1;
   AckSample s{now, out.newly_acked_bytes, rtt, a.echo_path, ce, a.ce_count, a.credit,

@@ -18,6 +18,8 @@ namespace metaroce::fw {
 Core::Core(const EngineConfig& config, Hal hal)
     : config_(config), hal_(hal), mrs_(config.caps.max_mr), scratch_(8192) {
   CongestionParams p;
+  p.base_rtt = config.base_rtt;
+  p.link_bps = config.link_bps;
   credit_ = make_receiver_credit(p);
 }
 
@@ -213,6 +215,8 @@ struct Engine::Impl {
   int make_cc(Qp& qp) {
     CongestionParams p;
     p.mtu_bytes = qp.mtu;
+    p.base_rtt = core.config().base_rtt;
+    p.link_bps = core.config().link_bps;
     auto cc = make_congestion_control(core.config().congestion, p);
     if (!cc) return EINVAL;
     qp.cc = std::move(cc);
@@ -286,7 +290,7 @@ struct Engine::Impl {
       Time recheck = kNever;
       auto& paths = core.lost_paths();
       paths.clear();
-      uint64_t lost = qp.sb.detect_losses(now, qp.rtt.reorder_window(), &recheck, &paths);
+      uint64_t lost = qp.sb.detect_losses(now, qp.rtt, &recheck, &paths);
       qp.rack_deadline = recheck;
       if (lost) {
         qp.cc->on_loss(now, lost);

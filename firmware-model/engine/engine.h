@@ -24,6 +24,10 @@ struct EngineConfig {
   PortInfo port;
   uint32_t num_paths = 4;            // path entropies sprayed over per QP
   std::string congestion = "default";  // congestion-control algorithm name
+  // Handed to the congestion control (CongestionParams): the fabric's base
+  // RTT and the port's line rate.
+  Time base_rtt = 10'000;  // ns
+  uint64_t link_bps = 25'000'000'000;
 };
 
 // Counters by reason; every drop, reject and retry increments exactly one.
@@ -49,6 +53,7 @@ struct Counters {
   // Additions after the first contract:
   uint64_t rx_drop_unexpected = 0;     // ACK/NACK/response matching nothing outstanding
   uint64_t rx_drop_not_request = 0;    // PROBE_REPLY or other opcode with no consumer
+  uint64_t tail_loss_probes = 0;       // TLP: tail packet resent before the RTO
 };
 
 class Engine {

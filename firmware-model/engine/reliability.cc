@@ -56,8 +56,19 @@ Time rnr_timer_ns(uint8_t code) {
 
 // ---------------- RttEstimator ----------------
 
-void RttEstimator::sample(Time rtt) {
+void RttEstimator::sample(Time rtt, uint8_t path) {
   if (rtt == 0) rtt = 1;
+  ++samples_;
+  Time& ps = path_srtt_[path % kPaths];
+  Time& pv = path_rttvar_[path % kPaths];
+  if (ps == 0) {
+    ps = rtt;
+    pv = rtt / 2;
+  } else {
+    Time d = rtt > ps ? rtt - ps : ps - rtt;
+    pv = (3 * pv + d) / 4;
+    ps = (7 * ps + rtt) / 8;
+  }
   if (srtt_ == 0) {
     srtt_ = rtt;
     rttvar_ = rtt / 2;
@@ -80,14 +91,23 @@ Time RttEstimator::rto() const {
 
 Time RttEstimator::pto() const {
   if (srtt_ == 0) return kInitialRto / 2;
-  return 2 * srtt_ + reorder_window();
+  // Two round trips, or the slowest path plus a margin, plus the
+  // responder's delayed ACK.
+  return std::max(2 * srtt_, max_rtt_ + srtt_ / 4) + kDelayedAck;
 }
 
 Time RttEstimator::reorder_window() const {
+  // RACK's default srtt/4; spurious retransmissions widen it (reo_mult).
+  return kMinReorderWindow + srtt_ / 4 * reo_mult_;
+}
+
+Time RttEstimator::expected_ack(uint8_t path) const {
   if (srtt_ == 0) return kMinRto;  // no RTT yet: be patient rather than spurious
-  Time spread = max_rtt_ - min_rtt_;
-  Time base = std::max(srtt_ / 4, spread);
-  return kMinReorderWindow + base * reo_mult_;
+  Time ps = path_srtt_[path % kPaths];
+  if (ps == 0) return max_rtt_ + srtt_;  // path not measured yet
+  // Out on this path, back on whichever path the ACK takes (at worst the
+  // slowest one).
+  return (ps + max_rtt_) / 2 + path_rttvar_[path % kPaths];
 }
 
 // ---------------- SendScoreboard ----------------
@@ -97,11 +117,13 @@ SendScoreboard::SendScoreboard() : ring_(1024), mask_(1023), lost_(1024) {}
 void SendScoreboard::reset(uint32_t psn) {
   for (auto& e : ring_) e = TxEntry{};
   una_ = nxt_ = psn;
+  report_end_ = psn + 65;
   bytes_in_flight_ = 0;
   pkts_in_flight_ = 0;
   lost_count_ = 0;
   head_ = tail_ = 0;
   rack_seq_ = 0;
+  rack_time_ = 0;
   rack_rtt_ = 0;
   lost_head_ = lost_tail_ = 0;
   rnr_.clear();
@@ -190,9 +212,10 @@ void SendScoreboard::deliver(TxEntry& e, Time now, const RttEstimator& rtt, AckO
   if (!ambiguous && e.send_seq > rack_seq_) {
     rack_seq_ = e.send_seq;
     rack_rtt_ = now - e.sent;
+    rack_time_ = std::max(rack_time_, e.sent);
   }
   e.state = TxState::kDelivered;
-  out->newly_acked_bytes += e.len;
+  out->newly_acked_bytes += e.wire;
   ++out->newly_acked_pkts;
   out->progress = true;
 }
@@ -201,6 +224,7 @@ AckOutcome SendScoreboard::on_ack(uint32_t cum, uint64_t sack, Time now,
                                   const RttEstimator& rtt) {
   AckOutcome out;
   if (proto::seq_lt(nxt_, cum)) return out;  // acknowledges PSNs never sent: ignore
+  if (proto::seq_lt(report_end_, cum + 65)) report_end_ = cum + 65;
   for (uint32_t p = una_; proto::seq_lt(p, cum); ++p) deliver(slot(p), now, rtt, &out);
   for (uint32_t i = 0; sack && i < 64; ++i, sack >>= 1) {
     if (!(sack & 1)) continue;
@@ -215,6 +239,13 @@ void SendScoreboard::advance_una() {
   while (una_ != nxt_ && slot(una_).state == TxState::kDelivered) {
     slot(una_).state = TxState::kFree;
     ++una_;
+  }
+}
+
+void SendScoreboard::on_echo(Time sent, Time rtt) {
+  if (sent > rack_time_) {
+    rack_time_ = sent;
+    rack_rtt_ = rtt;
   }
 }
 
@@ -245,19 +276,26 @@ void SendScoreboard::to_lost(TxEntry& e, bool rack) {
   push_lost(e.psn);
 }
 
-uint64_t SendScoreboard::detect_losses(Time now, Time reo_wnd, Time* recheck,
+uint64_t SendScoreboard::detect_losses(Time now, const RttEstimator& rtt, Time* recheck,
                                        std::vector<uint8_t>* lost_paths) {
   uint64_t lost = 0;
   *recheck = kNever;
-  while (head_) {
-    TxEntry& e = slot(static_cast<uint32_t>(head_ - 1));
-    if (e.send_seq >= rack_seq_) break;  // not sent before a delivered packet
-    Time deadline = e.sent + rack_rtt_ + reo_wnd;
+  Time reo_wnd = rtt.reorder_window();
+  // Only PSNs the responder can report (its cumulative point + the 64-bit
+  // SACK bitmap) can be judged: a delivered packet beyond that range looks
+  // exactly like a lost one. So the scan is bounded by 65 entries.
+  uint32_t end = proto::seq_lt(report_end_, nxt_) ? report_end_ : nxt_;
+  for (uint32_t p = una_; proto::seq_lt(p, end); ++p) {
+    TxEntry& e = slot(p);
+    if (e.state != TxState::kInFlight) continue;
+    // Judge only packets sent before one known delivered.
+    if (e.send_seq >= rack_seq_ && e.sent >= rack_time_) continue;
+    Time deadline = e.sent + std::max(rack_rtt_, rtt.expected_ack(e.path)) + reo_wnd;
     if (deadline > now) {
-      *recheck = deadline;
-      break;
+      *recheck = std::min(*recheck, deadline);
+      continue;
     }
-    lost += e.len;
+    lost += e.wire;
     if (lost_paths) lost_paths->push_back(e.path);
     to_lost(e, true);
   }
@@ -265,10 +303,13 @@ uint64_t SendScoreboard::detect_losses(Time now, Time reo_wnd, Time* recheck,
 }
 
 uint64_t SendScoreboard::mark_all_lost() {
+  // PSN order, so the oldest hole (which holds the responder's cumulative
+  // point and everyone's window) is retransmitted first.
   uint64_t lost = 0;
-  while (head_) {
-    TxEntry& e = slot(static_cast<uint32_t>(head_ - 1));
-    lost += e.len;
+  for (uint32_t p = una_; pkts_in_flight_ && p != nxt_; ++p) {
+    TxEntry& e = slot(p);
+    if (e.state != TxState::kInFlight) continue;
+    lost += e.wire;
     to_lost(e, false);
   }
   return lost;
@@ -321,6 +362,9 @@ void SendScoreboard::release_rnr(Time now) {
 }
 
 TxEntry* SendScoreboard::next_lost() {
+  // The oldest hole first: it holds the responder's cumulative point.
+  TxEntry& u = slot(una_);
+  if (una_ != nxt_ && u.state == TxState::kLost && u.psn == una_) return &u;
   while (lost_head_ != lost_tail_) {
     uint32_t psn = lost_[lost_head_ & (lost_.size() - 1)];
     TxEntry* e = find(psn);
@@ -330,8 +374,5 @@ TxEntry* SendScoreboard::next_lost() {
   return nullptr;
 }
 
-void SendScoreboard::pop_lost() {
-  if (lost_head_ != lost_tail_) ++lost_head_;
-}
 
 }  // namespace metaroce::fw

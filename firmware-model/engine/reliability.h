@@ -59,23 +59,37 @@ Time rnr_timer_ns(uint8_t code);
 
 class RttEstimator {
  public:
-  void sample(Time rtt);
+  // rtt measured for a packet that travelled on `path`.
+  void sample(Time rtt, uint8_t path = 0);
   bool has_sample() const { return srtt_ != 0; }
   Time srtt() const { return srtt_; }
   Time rttvar() const { return rttvar_; }
   Time min_rtt() const { return min_rtt_; }
   // The retransmission timeout before backoff.
   Time rto() const;
-  // RACK reordering window: tolerates the delay spread between paths.
+  // RACK reordering window on top of the expected delivery time.
   Time reorder_window() const;
+  // When a packet sent on `path` should have been acknowledged, measured
+  // from its send time: its own path's RTT plus the slowest way back.
+  Time expected_ack(uint8_t path) const;
   // Tail loss probe timeout: about two round trips.
   Time pto() const;
-  void on_spurious() { if (reo_mult_ < 8) ++reo_mult_; }
+  // A duplicate reached the responder: our retransmission was probably
+  // spurious (or the fabric duplicated). Widen at most once per 16 samples.
+  void on_spurious() {
+    if (reo_mult_ < 4 && samples_ - last_widen_ >= 16) {
+      ++reo_mult_;
+      last_widen_ = samples_;
+    }
+  }
   void on_recovery() { if (++recoveries_ % 64 == 0 && reo_mult_ > 1) --reo_mult_; }
 
  private:
+  static constexpr uint32_t kPaths = 16;  // per-path estimates, by path % kPaths
   Time srtt_ = 0, rttvar_ = 0, min_rtt_ = 0, max_rtt_ = 0;
+  std::array<Time, kPaths> path_srtt_{}, path_rttvar_{};
   uint32_t reo_mult_ = 1;
+  uint64_t samples_ = 0, last_widen_ = 0;
   uint32_t recoveries_ = 0;
 };
 
@@ -137,14 +151,19 @@ class SendScoreboard {
   void on_retransmit(TxEntry& e, uint8_t path, Time now);
 
   AckOutcome on_ack(uint32_t cum, uint64_t sack, Time now, const RttEstimator& rtt);
+  // An ACK echoed the timestamp of a packet sent at `sent`: some packet
+  // sent then was delivered, even if its PSN is beyond the SACK bitmap.
+  void on_echo(Time sent, Time rtt);
   // One PSN is known delivered (a READ or atomic response names it).
   AckOutcome on_delivered(uint32_t psn, Time now, const RttEstimator& rtt);
 
-  // RACK: moves in-flight packets sent before the most recently delivered
-  // one and older than rack_rtt + reo_wnd to the lost queue. Returns lost
+  // RACK, multipath-aware: moves to the lost queue the in-flight packets
+  // within the responder's reportable range (cum .. cum+64) that were sent
+  // before a packet known delivered and whose acknowledgement is overdue:
+  // now > sent + max(rack_rtt, expected_ack(path)) + reo_wnd. Returns lost
   // bytes; *recheck is when the oldest survivor would be declared lost.
   // lost_paths receives the path of each lost packet (for the selector).
-  uint64_t detect_losses(Time now, Time reo_wnd, Time* recheck,
+  uint64_t detect_losses(Time now, const RttEstimator& rtt, Time* recheck,
                          std::vector<uint8_t>* lost_paths);
   // Retransmission timeout: every in-flight packet is declared lost.
   uint64_t mark_all_lost();
@@ -158,9 +177,9 @@ class SendScoreboard {
   Time next_rnr_release() const;
   void release_rnr(Time now);
 
-  // Next PSN to retransmit (skips entries delivered meanwhile).
+  // Next PSN to retransmit: the one at una() if lost, else the oldest
+  // queued (entries delivered or resent meanwhile are skipped lazily).
   TxEntry* next_lost();
-  void pop_lost();
 
  private:
   bool lost_empty() const { return lost_head_ == lost_tail_; }
@@ -177,6 +196,7 @@ class SendScoreboard {
   std::vector<TxEntry> ring_;
   uint32_t mask_ = 0;
   uint32_t una_ = 0, nxt_ = 0;
+  uint32_t report_end_ = 65;  // first PSN beyond what the latest ACK could report
   uint64_t bytes_in_flight_ = 0;
   uint32_t pkts_in_flight_ = 0;
   uint32_t lost_count_ = 0;  // entries in state kLost
@@ -185,6 +205,7 @@ class SendScoreboard {
   uint64_t head_ = 0, tail_ = 0;
   // RACK state: the most recently sent packet known delivered
   uint64_t rack_seq_ = 0;
+  Time rack_time_ = 0;  // send time of the newest delivered packet (SACK or echo)
   Time rack_rtt_ = 0;
   // FIFO of lost PSNs (ring buffer, grows)
   std::vector<uint32_t> lost_;

@@ -133,7 +133,9 @@ bool pacing_allows(Core& c, Qp& qp, uint32_t wire) {
 
 State retransmit(Core& c, Qp& qp, TxEntry& e) {
   SendWqe& w = qp.sqe(e.wqe_seq);
-  if (!window_allows(qp, e.wire)) return State::kBlockedWindow;
+  // The oldest hole holds the responder's cumulative point: it goes out
+  // even when the window is full of packets beyond the SACK bitmap.
+  if (e.psn != qp.sb.una() && !window_allows(qp, e.wire)) return State::kBlockedWindow;
   if (!pacing_allows(c, qp, e.wire)) return State::kBlockedPacing;
   uint8_t path = qp.paths->next_path(c.now());
   proto::Packet p;
@@ -143,7 +145,6 @@ State retransmit(Core& c, Qp& qp, TxEntry& e) {
   }
   c.bump(&qp, &Counters::tx_retransmits);
   if (e.lost_by_rack) c.bump(&qp, &Counters::fast_retransmits);
-  qp.sb.pop_lost();
   qp.sb.on_retransmit(e, path, c.now());
   c.send(qp, p, path);
   return State::kSent;
@@ -258,7 +259,10 @@ void arm_tlp(Core& c, Qp& qp) {
 void on_tlp(Core& c, Qp& qp) {
   qp.tlp_deadline = kNever;
   if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return;
-  if (qp.sb.lost_count() == 0 && qp.sb.probe_tail()) c.activate(qp);
+  if (qp.sb.lost_count() == 0 && qp.sb.probe_tail()) {
+    c.bump(&qp, &Counters::tail_loss_probes);
+    c.activate(qp);
+  }
 }
 
 void arm_rto(Core& c, Qp& qp, bool restart) {
@@ -323,6 +327,13 @@ void on_rto(Core& c, Qp& qp) {
   qp.rto_deadline = kNever;
   if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return;
   if (!qp.sb.any_unacked() && qp.rd_outstanding == 0) return;
+  if (qp.sb.pkts_in_flight() == 0 && qp.sb.lost_count() > 0 && qp.rd_outstanding == 0) {
+    // Nothing is on the wire: retransmissions wait for window or pacing.
+    // That is not a timeout of the peer.
+    c.activate(qp);
+    arm_rto(c, qp, true);
+    return;
+  }
   c.bump(&qp, &Counters::timeouts);
   ++qp.retries;
   if (qp.attr.timeout != 0 && qp.retries > qp.attr.retry_cnt) {
