@@ -45,7 +45,10 @@ pair() {  # name "server cmd..." "client cmd..." (client gets the server IP last
   PORT=$((PORT + 1))
   eval "$2 -p $PORT" >"$log_s" 2>&1 &
   spid=$!; e2e_track_pid "$spid"
-  sleep 1
+  # Wait for the server's TCP exchange port (its start-up can take seconds).
+  for _ in $(seq 1 100); do
+    ip netns exec "$MROCE_NS_A" ss -ltn 2>/dev/null | grep -q ":$PORT " && break; sleep 0.1
+  done
   rc=0; eval "$3 -p $PORT $MROCE_IP_A" >"$log_c" 2>&1 || rc=$?
   local src=0; wait "$spid" || src=$?
   echo "== server"; cat "$log_s"; echo "== client"; cat "$log_c"
