@@ -117,11 +117,11 @@ TEST_CASE("default_cc__window_capped_at_max") {
 }
 
 TEST_CASE("receiver_credit__divides_pool_among_active_senders") {
-  ReceiverCredit rc(params());  // pool 1.5 BDP = 15 packets
-  CHECK(rc.grant(1, 0, false) == 15);
-  for (uint32_t q = 2; q <= 5; ++q) rc.grant(q, 10, false);
-  CHECK(rc.active_senders(20) == 5);
-  CHECK(rc.grant(1, 20, false) == 3);
+  ReceiverCredit rc(params());  // pool 2 BDP = 20 packets
+  CHECK(rc.grant(1, 0, false) == 20);
+  for (uint32_t q = 2; q <= 6; ++q) rc.grant(q, 10, false);
+  CHECK(rc.active_senders(20) == 6);
+  CHECK(rc.grant(1, 20, false) == 4);  // 20/6 rounded up: the pool is never under-used
 }
 
 TEST_CASE("receiver_credit__idle_senders_expire_and_forget") {
@@ -129,7 +129,7 @@ TEST_CASE("receiver_credit__idle_senders_expire_and_forget") {
   for (uint32_t q = 1; q <= 4; ++q) rc.grant(q, 0, false);
   CHECK(rc.active_senders(1) == 4);
   rc.forget(4);
-  CHECK(rc.grant(1, 1'000'000, false) == 15);  // the others went idle
+  CHECK(rc.grant(1, 1'000'000, false) == 20);  // the others went idle
 }
 
 TEST_CASE("receiver_credit__ce_shrinks_pool_to_floor_min_one") {

@@ -45,7 +45,7 @@ uint32_t ReceiverCredit::grant(uint32_t qpn, Time now, bool ce) {
     pool_ = std::min(max_pool_, pool_ + t_.grow_per_pkt * mtu_);
   }
   const double share = pool_ / mtu_ / active_senders(now);
-  return std::max<uint32_t>(t_.min_grant, static_cast<uint32_t>(std::floor(share)));
+  return std::max<uint32_t>(t_.min_grant, static_cast<uint32_t>(std::ceil(share)));
 }
 
 }  // namespace metaroce::fw

@@ -11,7 +11,7 @@
 namespace metaroce::fw {
 
 struct ReceiverCreditTuning {
-  double pool_bdp = 1.5;        // credit pool when uncongested, in BDPs
+  double pool_bdp = 2.0;        // credit pool when uncongested, in BDPs
   double min_pool_bdp = 0.5;    // floor of the pool, in BDPs
   double ce_shrink = 0.05;      // pool *= (1 - ce_shrink) per CE-marked arrival
   double grow_per_pkt = 0.01;   // pool += grow_per_pkt * MTU per clean arrival
