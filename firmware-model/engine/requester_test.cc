@@ -1,1 +1,278 @@
+// requester.{h,cc}: WRs to packets, segmentation, headers, local checks,
+// retransmission timeout and retry exhaustion.
 #include <doctest/doctest.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "firmware-model/engine/testing/fakes.h"
+
+namespace metaroce::fw::test {
+
+namespace {
+std::vector<std::string> request_list(const Node& n) {
+  std::vector<std::string> v;
+  for (auto& s : n.port.log)
+    if (s.rfind("tx ACK ", 0) != 0 && s.rfind("tx NACK ", 0) != 0) v.push_back(s);
+  return v;
+}
+// One line per request packet, so doctest prints the difference.
+std::string requests(const Node& n) {
+  std::string s;
+  for (auto& l : request_list(n)) s += l + "\n";
+  return s;
+}
+std::string lines(std::initializer_list<const char*> l) {
+  std::string s;
+  for (auto* x : l) s += std::string(x) + "\n";
+  return s;
+}
+}  // namespace
+
+TEST_CASE("requester__write_segments_at_mtu_with_reth_in_every_packet") {
+  Bench t;
+  t.connect_pair();
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 2500);
+  w.remote_addr = t.b.base() + 100;
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  t.a.engine->pump();
+  CHECK(requests(t.a) == lines({
+                             "tx RDMA_WRITE psn 1000 msn 0 off 0 len 1024",
+                             "tx RDMA_WRITE psn 1001 msn 0 off 1024 len 1024",
+                             "tx RDMA_WRITE psn 1002 msn 0 off 2048 len 452 LAST ACKREQ",
+                         }));
+  REQUIRE(t.a.port.raw.size() == 3);
+  for (auto& o : t.a.port.raw) {
+    CHECK(o.packet.reth.va == t.b.base() + 100);
+    CHECK(o.packet.reth.rkey == t.b.mr.rkey);
+    CHECK(o.packet.reth.length == 2500);
+    CHECK(o.packet.mbth.dest_qpn == t.b.qpn);
+    CHECK((o.src_port & 0xC000) == 0xC000);
+    CHECK(o.packet.mbth.timestamp == static_cast<uint32_t>(t.clock.t));
+    CHECK(o.dst_ip == t.b.ip);
+    CHECK(o.src_ip == t.a.ip);
+  }
+  // Path entropy differs per path.
+  CHECK(t.a.port.raw[0].src_port != t.a.port.raw[1].src_port);
+}
+
+TEST_CASE("requester__send_imm_carries_seth_and_imm_in_every_packet") {
+  Bench t;
+  t.connect_pair();
+  SendWr w = t.a.wr(WrOpcode::kSendImm, 1, 0, 1500);
+  w.imm = 0xABCD;
+  REQUIRE(t.a.post_send(w) == 0);
+  t.a.engine->pump();
+  REQUIRE(t.a.port.raw.size() == 2);
+  for (auto& o : t.a.port.raw) {
+    CHECK(o.packet.seth.length == 1500);
+    CHECK(o.packet.imm == 0xABCD);
+    CHECK(o.packet.mbth.msn == 0);
+  }
+  CHECK(request_list(t.a).at(1) == "tx SEND_IMM psn 1001 msn 0 off 1024 len 476 LAST ACKREQ");
+}
+
+TEST_CASE("requester__msn_counts_receive_consuming_and_read_messages_separately") {
+  Bench t;
+  t.connect_pair();
+  SendWr s = t.a.wr(WrOpcode::kSend, 1, 0, 10);
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 2, 0, 10);
+  w.remote_addr = t.b.base();
+  w.rkey = t.b.mr.rkey;
+  SendWr r = t.a.wr(WrOpcode::kRdmaRead, 3, 0, 10);
+  r.remote_addr = t.b.base();
+  r.rkey = t.b.mr.rkey;
+  for (auto* x : {&s, &w, &r, &s, &r}) REQUIRE(t.a.post_send(*x) == 0);
+  t.a.engine->pump();
+  CHECK(requests(t.a) == lines({
+                             "tx SEND psn 1000 msn 0 off 0 len 10 LAST ACKREQ",
+                             "tx RDMA_WRITE psn 1001 msn 1 off 0 len 10 LAST ACKREQ",
+                             "tx RDMA_READ_REQ psn 1002 msn 0 off 0 len 0 LAST ACKREQ",
+                             "tx SEND psn 1003 msn 1 off 0 len 10 LAST ACKREQ",
+                             "tx RDMA_READ_REQ psn 1004 msn 1 off 0 len 0 LAST ACKREQ",
+                         }));
+}
+
+TEST_CASE("requester__inline_and_multi_sge_gather") {
+  Bench t;
+  t.connect_pair();
+  REQUIRE(t.b.post_recv(1, 4096, 100) == 0);
+  REQUIRE(t.b.post_recv(2, 8192, 100) == 0);
+  SendWr in = t.a.wr(WrOpcode::kSend, 1, 0, 0, kSendSignaled | kSendInline);
+  in.num_sge = 0;
+  in.inline_data = {'h', 'e', 'l', 'l', 'o'};
+  REQUIRE(t.a.post_send(in) == 0);
+  std::memcpy(t.a.mem.data() + 0, "abc", 3);
+  std::memcpy(t.a.mem.data() + 1000, "defg", 4);
+  std::memcpy(t.a.mem.data() + 2000, "hi", 2);
+  SendWr sg = t.a.wr(WrOpcode::kSend, 2, 0, 3);
+  sg.num_sge = 3;
+  sg.sg[1] = {t.a.base() + 1000, 4, t.a.mr.lkey};
+  sg.sg[2] = {t.a.base() + 2000, 2, t.a.mr.lkey};
+  REQUIRE(t.a.post_send(sg) == 0);
+  std::vector<Completion> rc;
+  CHECK(t.run([&] {
+    for (auto& c : t.b.recv_cq()) rc.push_back(c);
+    return rc.size() == 2;
+  }));
+  CHECK(std::memcmp(t.b.mem.data() + 4096, "hello", 5) == 0);
+  CHECK(rc[0].byte_len == 5);
+  CHECK(std::memcmp(t.b.mem.data() + 8192, "abcdefghi", 9) == 0);
+  CHECK(rc[1].byte_len == 9);
+}
+
+TEST_CASE("requester__post_send_rejects_bad_requests") {
+  Bench t;
+  t.connect_pair();
+  SendWr w = t.a.wr(WrOpcode::kSend, 1, 0, 10, kSendInline);
+  w.inline_data.assign(kMaxInline + 1, 0);
+  CHECK(t.a.post_send(w) == EINVAL);
+  SendWr at = t.a.wr(WrOpcode::kAtomicFetchAdd, 1, 0, 4);
+  CHECK(t.a.post_send(at) == EINVAL);  // atomics need one 8-byte SGE
+  SendWr many = t.a.wr(WrOpcode::kSend, 1, 0, 10);
+  many.num_sge = kMaxSge + 1;
+  CHECK(t.a.post_send(many) == EINVAL);
+  SendWr op = t.a.wr(static_cast<WrOpcode>(9), 1, 0, 10);
+  CHECK(t.a.post_send(op) == EINVAL);
+  SendWr ok = t.a.wr(WrOpcode::kSend, 1, 0, 10);
+  int accepted = 0;
+  while (t.a.post_send(ok) == 0) ++accepted;
+  CHECK(accepted == 64);  // max_send_wr, then ENOMEM
+  CHECK(t.a.post_send(ok) == ENOMEM);
+}
+
+TEST_CASE("requester__bad_lkey_completes_loc_prot_err_without_sending") {
+  Bench t;
+  t.connect_pair();
+  SendWr w = t.a.wr(WrOpcode::kSend, 7, 0, 10);
+  w.sg[0].lkey ^= 0x1;
+  REQUIRE(t.a.post_send(w) == 0);
+  SendWr next = t.a.wr(WrOpcode::kSend, 8, 0, 10);
+  REQUIRE(t.a.post_send(next) == 0);
+  t.a.engine->pump();
+  CHECK(t.a.port.log.empty());
+  auto sc = t.a.send_cq();
+  REQUIRE(sc.size() == 2);
+  CHECK(std::string(status_name(sc[0].status)) == "LOC_PROT_ERR");
+  CHECK(std::string(status_name(sc[1].status)) == "WR_FLUSH_ERR");
+  CHECK(t.a.engine->counters().local_errors == 1);
+}
+
+TEST_CASE("requester__read_into_buffer_without_local_write_is_loc_prot_err") {
+  Bench t;
+  constexpr uint32_t kAll =
+      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  t.a.setup(1 << 16, kAccessRemoteRead);  // no local write
+  t.b.setup(1 << 16, kAll);
+  t.a.connect(t.b.ip, t.b.qpn, kAll);
+  t.b.connect(t.a.ip, t.a.qpn, kAll);
+  SendWr r = t.a.wr(WrOpcode::kRdmaRead, 1, 0, 100);
+  r.remote_addr = t.b.base();
+  r.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(r) == 0);
+  t.a.engine->pump();
+  auto sc = t.a.send_cq();
+  REQUIRE(sc.size() == 1);
+  CHECK(std::string(status_name(sc[0].status)) == "LOC_PROT_ERR");
+}
+
+TEST_CASE("requester__peer_never_answers_retry_exceeded_after_retry_cnt") {
+  Bench t;
+  t.connect_pair(1 << 16, /*timeout=*/10, /*retry_cnt=*/3);
+  t.filter = [](const std::string&, bool from_a) { return !from_a; };
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 3000);
+  w.remote_addr = t.b.base();
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 2, 0, 10)) == 0);
+  REQUIRE(t.b.post_recv(9, 0, 100) == 0);
+  Time start = t.clock.t;
+  std::vector<Completion> sc;
+  CHECK(t.run([&] {
+    for (auto& c : t.a.send_cq()) sc.push_back(c);
+    return !sc.empty();
+  }));
+  REQUIRE(sc.size() == 2);
+  CHECK(std::string(status_name(sc[0].status)) == "RETRY_EXC_ERR");
+  CHECK(std::string(status_name(sc[1].status)) == "WR_FLUSH_ERR");
+  const Counters& c = t.a.engine->counters();
+  CHECK(c.timeouts == 4);  // retry_cnt retries, then the one that gives up
+  CHECK(c.tx_retransmits >= 3);
+  // No RTT sample yet: RTOs of 1, 2, 4 ms, then capped by the QP's
+  // timeout (4.096us << 10 = 4.19 ms).
+  Time took = t.clock.t - start;
+  CHECK(took >= 11'000'000);
+  CHECK(took < 11'500'000);
+  QpAttr a;
+  REQUIRE(t.a.engine->query_qp(Node::kOwner, t.a.qpn, &a, nullptr) == 0);
+  CHECK(a.qp_state == QpState::kErr);
+}
+
+TEST_CASE("requester__retries_reset_by_progress") {
+  // Drop every data packet's first transmission: each needs one timeout or
+  // fast retransmit, but progress in between keeps retry_cnt = 1 enough.
+  Bench t;
+  t.connect_pair(1 << 16, 10, 1);
+  std::set<std::string> seen;
+  t.filter = [&](const std::string& what, bool from_a) {
+    if (!from_a || what.find("RETX") != std::string::npos) return true;
+    return !seen.insert(what).second;
+  };
+  for (int i = 0; i < 5; ++i) {
+    SendWr w = t.a.wr(WrOpcode::kRdmaWrite, i, 0, 100);
+    w.remote_addr = t.b.base();
+    w.rkey = t.b.mr.rkey;
+    REQUIRE(t.a.post_send(w) == 0);
+  }
+  std::vector<Completion> sc;
+  CHECK(t.run([&] {
+    for (auto& c : t.a.send_cq()) sc.push_back(c);
+    return sc.size() == 5;
+  }));
+  for (auto& c : sc) CHECK(std::string(status_name(c.status)) == "SUCCESS");
+}
+
+TEST_CASE("requester__fence_waits_for_outstanding_read") {
+  Bench t;
+  t.connect_pair();
+  SendWr r = t.a.wr(WrOpcode::kRdmaRead, 1, 0, 100);
+  r.remote_addr = t.b.base();
+  r.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(r) == 0);
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 2, 0, 100, kSendSignaled | kSendFence);
+  w.remote_addr = t.b.base() + 1000;
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  t.a.engine->pump();
+  CHECK(request_list(t.a).size() == 1);  // the WRITE waits behind the fence
+  std::vector<Completion> sc;
+  CHECK(t.run([&] {
+    for (auto& c : t.a.send_cq()) sc.push_back(c);
+    return sc.size() == 2;
+  }));
+  CHECK(request_list(t.a).size() == 2);
+}
+
+TEST_CASE("requester__window_of_4096_psns_is_never_exceeded") {
+  EngineConfig cfg;
+  cfg.base_rtt = 1'000'000;  // huge BDP: the CC window alone would allow more
+  Bench t(1, cfg);
+  t.connect_pair(1 << 23, 14, 7, 7, 256);
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 4u << 20);
+  w.remote_addr = t.b.base() + (4u << 20);
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  t.a.port.keep_log = false;
+  t.a.engine->pump();
+  CHECK(t.a.port.outbox.size() <= 4096u);
+  std::vector<Completion> sc;
+  CHECK(t.run([&] {
+    for (auto& c : t.a.send_cq()) sc.push_back(c);
+    return sc.size() == 1;
+  }));
+  CHECK(std::memcmp(t.a.mem.data(), t.b.mem.data() + (4u << 20), 4u << 20) == 0);
+  CHECK(t.b.engine->counters().rx_drop_out_of_window == 0);
+}
+
+}  // namespace metaroce::fw::test

@@ -1,1 +1,331 @@
+// responder.{h,cc}: PSN window, placement in any order, receive binding by
+// MSN, RNR, key checks answered with NACKs, atomics exactly once, ACKs.
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "firmware-model/engine/testing/fakes.h"
+
+namespace metaroce::fw::test {
+
+namespace {
+constexpr uint32_t kAll =
+    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+
+void pattern(Node& n, uint64_t off, uint32_t len, uint8_t seed) {
+  for (uint32_t i = 0; i < len; ++i) n.mem[off + i] = static_cast<uint8_t>(seed ^ (i * 13));
+}
+SendWr write_to(Bench& t, uint64_t id, uint64_t src, uint64_t dst, uint32_t len) {
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, id, src, len);
+  w.remote_addr = t.b.base() + dst;
+  w.rkey = t.b.mr.rkey;
+  return w;
+}
+std::vector<Completion> run_until_send_cq(Bench& t, size_t n) {
+  std::vector<Completion> sc;
+  t.run([&] {
+    for (auto& c : t.a.send_cq()) sc.push_back(c);
+    return sc.size() >= n;
+  });
+  return sc;
+}
+std::string st(const Completion& c) { return status_name(c.status); }
+}  // namespace
+
+TEST_CASE("responder__places_reordered_packets_directly") {
+  Bench t;
+  t.path_delay = {40'000, 30'000, 20'000, 10'000};  // later packets overtake
+  t.connect_pair();
+  pattern(t.a, 0, 8000, 3);
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 10000, 8000)) == 0);
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "SUCCESS");
+  CHECK(std::memcmp(t.a.mem.data(), t.b.mem.data() + 10000, 8000) == 0);
+  CHECK(t.b.dma.writes == 8);  // each packet placed once
+  CHECK(t.b.engine->counters().rx_drop_duplicate == 0);
+  CHECK(t.a.engine->counters().tx_retransmits == 0);  // reordering is not loss
+}
+
+TEST_CASE("responder__send_binds_to_receive_by_msn_out_of_order") {
+  Bench t;
+  t.connect_pair();
+  REQUIRE(t.b.post_recv(100, 20000, 3000) == 0);
+  REQUIRE(t.b.post_recv(200, 30000, 3000) == 0);
+  pattern(t.a, 0, 3000, 1);
+  pattern(t.a, 5000, 2000, 2);
+  // Hold back everything of the first message until the second arrived.
+  bool second_done = false;
+  t.filter = [&](const std::string& what, bool from_a) {
+    if (from_a && what.find("SEND") == 0 && what.find("msn 0") != std::string::npos &&
+        what.find("RETX") == std::string::npos)
+      return false;
+    return true;
+  };
+  REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 1, 0, 3000)) == 0);
+  REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 2, 5000, 2000)) == 0);
+  std::vector<Completion> rc;
+  CHECK(t.run([&] {
+    for (auto& c : t.b.recv_cq()) rc.push_back(c);
+    second_done = second_done || std::memcmp(t.a.mem.data() + 5000, t.b.mem.data() + 30000, 2000) == 0;
+    return rc.size() == 2;
+  }));
+  CHECK(second_done);
+  REQUIRE(rc.size() == 2);
+  CHECK(rc[0].wr_id == 100);  // completions in receive order
+  CHECK(rc[0].byte_len == 3000);
+  CHECK(rc[1].wr_id == 200);
+  CHECK(rc[1].byte_len == 2000);
+  CHECK(std::memcmp(t.a.mem.data(), t.b.mem.data() + 20000, 3000) == 0);
+  CHECK(std::memcmp(t.a.mem.data() + 5000, t.b.mem.data() + 30000, 2000) == 0);
+}
+
+TEST_CASE("responder__duplicates_are_reacked_never_replaced") {
+  Bench t;
+  t.dup = 1.0;  // every frame twice
+  t.connect_pair();
+  pattern(t.a, 0, 4000, 5);
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 4000)) == 0);
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "SUCCESS");
+  CHECK(t.b.dma.writes == 4);
+  CHECK(t.b.engine->counters().rx_drop_duplicate >= 4);
+}
+
+TEST_CASE("responder__rnr_nack_then_success_once_receive_posted") {
+  Bench t;
+  t.connect_pair(1 << 16, 14, 7, /*rnr_retry=*/7);
+  REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 1, 0, 100)) == 0);
+  t.run([&] { return t.b.engine->counters().rx_nak_rnr >= 2; });
+  CHECK(t.a.engine->counters().rnr_retries >= 1);
+  CHECK(t.a.send_cq().empty());
+  REQUIRE(t.b.post_recv(5, 0, 100) == 0);
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "SUCCESS");
+  auto rc = t.b.recv_cq();
+  REQUIRE(rc.size() == 1);
+  CHECK(rc[0].wr_id == 5);
+}
+
+TEST_CASE("responder__rnr_retry_exhausted") {
+  Bench t;
+  t.connect_pair(1 << 16, 14, 7, /*rnr_retry=*/2);
+  REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 1, 0, 100)) == 0);
+  REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 2, 0, 100)) == 0);
+  auto sc = run_until_send_cq(t, 2);
+  REQUIRE(sc.size() == 2);
+  CHECK(st(sc[0]) == "RNR_RETRY_EXC_ERR");
+  CHECK(st(sc[1]) == "WR_FLUSH_ERR");
+  // rnr_retry counts per packet: each of the two SENDs waited twice.
+  CHECK(t.a.engine->counters().rnr_retries == 4);
+}
+
+TEST_CASE("responder__write_imm_consumes_receive_with_imm") {
+  Bench t;
+  t.connect_pair();
+  REQUIRE(t.b.post_recv(42, 0, 0) == 0);
+  SendWr w = write_to(t, 1, 0, 5000, 3000);
+  w.opcode = WrOpcode::kRdmaWriteImm;
+  w.imm = 0x12345678;
+  REQUIRE(t.a.post_send(w) == 0);
+  run_until_send_cq(t, 1);
+  auto rc = t.b.recv_cq();
+  REQUIRE(rc.size() == 1);
+  CHECK(rc[0].wr_id == 42);
+  CHECK(rc[0].opcode == WcOpcode::kRecvRdmaWithImm);
+  CHECK(rc[0].imm == 0x12345678);
+  CHECK(rc[0].wc_flags == kWcWithImm);
+  CHECK(rc[0].byte_len == 3000);
+}
+
+struct AccessCase {
+  const char* name;
+  std::function<void(Bench&, SendWr&)> spoil;
+};
+
+TEST_CASE("responder__remote_access_errors_nack_and_fail_both_qps") {
+  std::vector<AccessCase> cases = {
+      {"wrong rkey", [](Bench&, SendWr& w) { w.rkey ^= 0x80; }},
+      {"out of bounds", [](Bench& t, SendWr& w) { w.remote_addr = t.b.base() + t.b.mem.size() - 10; }},
+      {"below the MR", [](Bench& t, SendWr& w) { w.remote_addr = t.b.base() - 1; }},
+  };
+  for (auto& c : cases) {
+    INFO(c.name);
+    Bench t;
+    t.connect_pair();
+    SendWr w = write_to(t, 1, 0, 0, 100);
+    c.spoil(t, w);
+    REQUIRE(t.a.post_send(w) == 0);
+    auto sc = run_until_send_cq(t, 1);
+    REQUIRE(sc.size() == 1);
+    CHECK(st(sc[0]) == "REM_ACCESS_ERR");
+    CHECK(t.b.engine->counters().rx_nak_access == 1);
+    CHECK(t.b.events.has_event(EventType::kQpAccessErr, t.b.qpn));
+    QpAttr a;
+    t.b.engine->query_qp(Node::kOwner, t.b.qpn, &a, nullptr);
+    CHECK(a.qp_state == QpState::kErr);
+    CHECK(t.b.dma.writes == 0);
+  }
+}
+
+TEST_CASE("responder__missing_mr_access_flag_and_qp_access_flag") {
+  {
+    Bench t;  // MR allows only remote read
+    t.a.setup(1 << 16, kAll);
+    t.b.setup(1 << 16, kAccessLocalWrite | kAccessRemoteRead);
+    t.a.connect(t.b.ip, t.b.qpn, kAll);
+    t.b.connect(t.a.ip, t.a.qpn, kAll);
+    REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 100)) == 0);
+    auto sc = run_until_send_cq(t, 1);
+    REQUIRE(sc.size() == 1);
+    CHECK(st(sc[0]) == "REM_ACCESS_ERR");
+  }
+  {
+    Bench t;  // QP does not allow remote atomics
+    t.a.setup(1 << 16, kAll);
+    t.b.setup(1 << 16, kAll);
+    t.a.connect(t.b.ip, t.b.qpn, kAll);
+    t.b.connect(t.a.ip, t.a.qpn, kAccessRemoteWrite | kAccessRemoteRead);
+    SendWr fa = t.a.wr(WrOpcode::kAtomicFetchAdd, 1, 0, 8);
+    fa.remote_addr = t.b.base();
+    fa.rkey = t.b.mr.rkey;
+    REQUIRE(t.a.post_send(fa) == 0);
+    auto sc = run_until_send_cq(t, 1);
+    REQUIRE(sc.size() == 1);
+    CHECK(st(sc[0]) == "REM_ACCESS_ERR");
+  }
+}
+
+TEST_CASE("responder__rkey_of_another_pd_is_rejected") {
+  Bench t;
+  t.connect_pair();
+  uint32_t pd2 = 0;
+  REQUIRE(t.b.engine->create_pd(Node::kOwner, &pd2) == 0);
+  MrKeys other;
+  REQUIRE(t.b.engine->reg_mr(Node::kOwner, pd2, t.b.base(), 1000, kAll, &other) == 0);
+  SendWr w = write_to(t, 1, 0, 0, 100);
+  w.rkey = other.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "REM_ACCESS_ERR");
+}
+
+TEST_CASE("responder__zero_length_write_needs_no_valid_rkey") {
+  Bench t;
+  t.connect_pair();
+  SendWr w = write_to(t, 1, 0, 0, 0);
+  w.num_sge = 0;
+  w.rkey = 0xBAD;
+  w.remote_addr = 1;
+  REQUIRE(t.a.post_send(w) == 0);
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "SUCCESS");
+  CHECK(t.b.dma.writes == 0);
+}
+
+TEST_CASE("responder__misaligned_atomic_is_invalid_request") {
+  Bench t;
+  t.connect_pair();
+  SendWr fa = t.a.wr(WrOpcode::kAtomicFetchAdd, 1, 0, 8);
+  fa.remote_addr = t.b.base() + 4;
+  fa.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(fa) == 0);
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "REM_INV_REQ_ERR");
+  CHECK(t.b.events.has_event(EventType::kQpReqErr, t.b.qpn));
+}
+
+TEST_CASE("responder__receive_too_small_is_loc_len_err_and_invalid_request") {
+  Bench t;
+  t.connect_pair();
+  REQUIRE(t.b.post_recv(7, 0, 50) == 0);
+  REQUIRE(t.b.post_recv(8, 100, 50) == 0);
+  REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 1, 0, 100)) == 0);
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "REM_INV_REQ_ERR");
+  auto rc = t.b.recv_cq();
+  REQUIRE(rc.size() == 2);
+  CHECK(st(rc[0]) == "LOC_LEN_ERR");
+  CHECK(rc[0].wr_id == 7);
+  CHECK(st(rc[1]) == "WR_FLUSH_ERR");
+}
+
+TEST_CASE("responder__atomic_executed_once_when_response_lost") {
+  Bench t;
+  t.connect_pair();
+  int resp = 0;
+  t.filter = [&](const std::string& what, bool from_a) {
+    if (!from_a && what.rfind("ATOMIC_RESP", 0) == 0) return ++resp > 1;  // lose the first
+    if (!from_a && what.rfind("ACK", 0) == 0 && resp == 1) return true;
+    return true;
+  };
+  uint64_t v = 10;
+  std::memcpy(t.b.mem.data() + 64, &v, 8);
+  SendWr fa = t.a.wr(WrOpcode::kAtomicFetchAdd, 1, 200, 8);
+  fa.remote_addr = t.b.base() + 64;
+  fa.rkey = t.b.mr.rkey;
+  fa.compare_add = 5;
+  REQUIRE(t.a.post_send(fa) == 0);
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "SUCCESS");
+  std::memcpy(&v, t.b.mem.data() + 64, 8);
+  CHECK(v == 15);  // added once
+  std::memcpy(&v, t.a.mem.data() + 200, 8);
+  CHECK(v == 10);
+  CHECK(t.b.engine->counters().atomic_replays == 1);
+
+}
+
+TEST_CASE("responder__acks_carry_cum_sack_and_echo") {
+  Bench t;
+  t.connect_pair();
+  bool dropped = false;
+  t.filter = [&](const std::string& what, bool from_a) {
+    if (from_a && !dropped && what.find("psn 1001 ") != std::string::npos) {
+      dropped = true;
+      return false;
+    }
+    return true;
+  };
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 4096)) == 0);
+  run_until_send_cq(t, 1);
+  bool saw_sack = false;
+  for (auto& s : t.b.port.log)
+    if (s.find("ACK cum 1001 sack") != std::string::npos && s.find("sack 0") == std::string::npos)
+      saw_sack = true;
+  CHECK(saw_sack);
+  CHECK(t.a.engine->counters().fast_retransmits + t.a.engine->counters().timeouts >= 1);
+}
+
+TEST_CASE("responder__garbage_and_unknown_qp_are_counted") {
+  Bench t;
+  t.connect_pair();
+  std::vector<uint8_t> junk(80, 0x55);
+  t.b.engine->on_frame(junk);
+  CHECK(t.b.engine->counters().rx_drop_parse == 1);
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 10)) == 0);
+  t.a.engine->pump();
+  REQUIRE(!t.a.port.outbox.empty());
+  auto frame = t.a.port.outbox[0].bytes;
+  auto bad = frame;
+  bad[bad.size() - 1] ^= 1;  // ICRC
+  t.b.engine->on_frame(bad);
+  CHECK(t.b.engine->counters().rx_drop_bad_icrc == 1);
+  CHECK(t.b.engine->counters().rx_drop_parse == 2);
+  QpAttr reset;
+  reset.qp_state = QpState::kReset;
+  t.b.engine->destroy_qp(Node::kOwner, t.b.qpn);
+  t.b.engine->on_frame(frame);
+  CHECK(t.b.engine->counters().rx_drop_unknown_qp == 1);
+}
+
+}  // namespace metaroce::fw::test

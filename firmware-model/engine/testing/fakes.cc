@@ -145,7 +145,7 @@ void Bench::connect_pair(size_t mem, uint8_t timeout, uint8_t retry_cnt, uint8_t
 
 void Bench::collect(Node& from, bool to_b) {
   for (auto& f : from.port.outbox) {
-    if (filter && !filter(f.what, !to_b)) {
+    if (filter && !filter(f.what, /*from_a=*/to_b)) {
       ++dropped;
       continue;
     }
