@@ -21,8 +21,13 @@ const char* usage() {
          "  --paths N               path entropies sprayed over per QP, 1..64 (default 4)\n"
          "  --spin-us N             poll this long when idle before sleeping (default 100)\n"
          "  --cc NAME               congestion control algorithm (default: default)\n"
+         "  --base-rtt-us N         base RTT floor for congestion control, 1..100000 (default 50:\n"
+         "                          a soft NIC's host delay; the CC raises it to the measured minimum)\n"
+         "  --link-gbps N           line rate congestion control assumes, 1..800 (default 25)\n"
          "  --max-qp-per-client N   per-process QP limit (default 1024)\n"
          "  --pidfile FILE          write the daemon's pid here\n"
+         "  --rt-priority N         run the NIC loop SCHED_FIFO at priority N, 0 = off (default\n"
+         "                          10: a woken NIC must preempt busy-polling applications)\n"
          "  -v                      log every control request\n";
 }
 
@@ -107,10 +112,16 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
       if (!number(1, 64, &o->paths)) return false;
     } else if (a == "--spin-us") {
       if (!number(0, 1'000'000, &o->spin_us)) return false;
+    } else if (a == "--base-rtt-us") {
+      if (!number(1, 100'000, &o->base_rtt_us)) return false;
+    } else if (a == "--link-gbps") {
+      if (!number(1, 800, &o->link_gbps)) return false;
     } else if (a == "--cc") {
       if (!value(&o->cc)) return false;
     } else if (a == "--max-qp-per-client") {
       if (!number(1, 65536, &o->max_qp_per_client)) return false;
+    } else if (a == "--rt-priority") {
+      if (!number(0, 99, &o->rt_priority)) return false;
     } else if (a == "--pidfile") {
       if (!value(&o->pidfile)) return false;
     } else {

@@ -14,14 +14,33 @@ DefaultCongestionControl::DefaultCongestionControl(const CongestionParams& p,
   if (p_.mtu_bytes == 0) p_.mtu_bytes = 1024;
   if (p_.link_bps == 0) p_.link_bps = 25'000'000'000;
   if (p_.base_rtt == 0) p_.base_rtt = 10'000;
-  bdp_ = static_cast<double>(p_.link_bps) * static_cast<double>(p_.base_rtt) / 8e9;
-  bdp_ = std::max(bdp_, static_cast<double>(p_.mtu_bytes));
   min_cwnd_ = t_.min_window_mtu * p_.mtu_bytes;
-  max_cwnd_ = std::max(t_.max_window_bdp * bdp_, 2.0 * p_.mtu_bytes);
+  set_base(p_.base_rtt);
   cwnd_ = std::clamp(t_.init_window_bdp * bdp_, min_cwnd_, max_cwnd_);
   srtt_ = static_cast<double>(p_.base_rtt);
-  target_ = static_cast<Time>(t_.target_delay_factor * static_cast<double>(p_.base_rtt) +
+}
+
+void DefaultCongestionControl::set_base(Time base) {
+  base_ = base;
+  bdp_ = static_cast<double>(p_.link_bps) * static_cast<double>(base) / 8e9;
+  bdp_ = std::max(bdp_, static_cast<double>(p_.mtu_bytes));
+  max_cwnd_ = std::max(t_.max_window_bdp * bdp_, 2.0 * p_.mtu_bytes);
+  target_ = static_cast<Time>(t_.target_delay_factor * static_cast<double>(base) +
                               t_.target_delay_extra_ns);
+}
+
+void DefaultCongestionControl::observe_base(Time rtt, Time now) {
+  if (min_rtt_ == 0 || rtt <= min_rtt_ || now - min_rtt_at_ > kMinRttWindow) {
+    if (now - min_rtt_at_ > kMinRttWindow) min_rtt_samples_ = 0;
+    min_rtt_ = rtt;
+    min_rtt_at_ = now;
+  }
+  // The minimum of a handful of samples may still include a standing queue:
+  // adapt only on a well-populated window, and at most kMaxBaseScale times
+  // the configured base.
+  if (++min_rtt_samples_ < kMinRttSamples) return;
+  Time base = std::clamp(min_rtt_, p_.base_rtt, p_.base_rtt * kMaxBaseScale);
+  if (base != base_) set_base(base);
 }
 
 bool DefaultCongestionControl::can_decrease(Time now) const {
@@ -46,7 +65,10 @@ void DefaultCongestionControl::on_ack(const AckSample& s) {
   // CE fraction over packets, EWMA (DCTCP alpha; DCQCN's rate-based cousin).
   const double ce = std::min(pkts, static_cast<double>(std::max<uint16_t>(s.ce_count, s.ce ? 1 : 0)));
   alpha_ = (1 - t_.ecn_g) * alpha_ + t_.ecn_g * (ce / pkts);
-  if (s.rtt > 0) srtt_ = (1 - t_.srtt_g) * srtt_ + t_.srtt_g * static_cast<double>(s.rtt);
+  if (s.rtt > 0) {
+    srtt_ = (1 - t_.srtt_g) * srtt_ + t_.srtt_g * static_cast<double>(s.rtt);
+    observe_base(s.rtt, s.now);
+  }
 
   const bool over_delay = s.rtt > target_;
   if (ce > 0 || over_delay) {

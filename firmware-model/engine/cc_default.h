@@ -45,6 +45,10 @@ class DefaultCongestionControl final : public CongestionControlInterface {
 
  private:
   bool can_decrease(Time now) const;
+  // Base RTT = max(configured, windowed minimum observed): a soft NIC's host
+  // delay is part of every RTT it measures and no target below it can hold.
+  void observe_base(Time rtt, Time now);
+  void set_base(Time base);
   void decrease(Time now, double factor);
   void clamp();
 
@@ -60,6 +64,12 @@ class DefaultCongestionControl final : public CongestionControlInterface {
   bool decreased_once_ = false;
   uint32_t credit_ = 0;  // latest receiver grant in packets; 0 = no limit
   Time next_send_ = 0;   // pacing clock
+  Time min_rtt_ = 0, min_rtt_at_ = 0;  // windowed minimum RTT (kMinRttWindow)
+  Time base_ = 0;        // base RTT in use
+  uint32_t min_rtt_samples_ = 0;
+  static constexpr Time kMinRttWindow = 10'000'000'000;  // 10 s, as BBR's min_rtt filter
+  static constexpr uint32_t kMinRttSamples = 64;
+  static constexpr Time kMaxBaseScale = 8;
 };
 
 }  // namespace metaroce::fw

@@ -140,5 +140,20 @@ TEST_CASE("receiver_credit__ce_shrinks_pool_to_floor_min_one") {
   CHECK(rc.grant(1, 1001, true) == 1);  // min_grant
 }
 
+TEST_CASE("default_cc__base_rtt_adapts_to_measured_minimum_within_bounds") {
+  DefaultCongestionControl cc(params());
+  const Time t0 = cc.target_delay();
+  // A host whose every round trip takes 3x the configured base: after a
+  // well-populated window the target follows the measured minimum.
+  const Time slow = 3 * params().base_rtt;
+  for (int i = 0; i < 100; ++i) cc.on_ack(ack(1000 * (i + 1), 1000, slow + 100 * (i % 7)));
+  CHECK(cc.target_delay() > t0);
+  CHECK(cc.target_delay() > slow);  // slow round trips are no longer "over target"
+  // Never beyond kMaxBaseScale x configured, however slow the samples.
+  DefaultCongestionControl capped(params());
+  for (int i = 0; i < 100; ++i) capped.on_ack(ack(1000 * (i + 1), 1000, 100 * params().base_rtt));
+  CHECK(capped.target_delay() <= 8 * params().base_rtt * 2);
+}
+
 }  // namespace
 }  // namespace metaroce::fw
