@@ -63,7 +63,11 @@ ssize_t recv_message(int fd, void* buf, size_t cap, int* fds, size_t max_fds, si
       }
     }
   }
-  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return -EMSGSIZE;
+  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+    for (size_t i = 0; i < *nfds; i++) close(fds[i]);
+    *nfds = 0;
+    return -EMSGSIZE;
+  }
   return n;
 }
 
@@ -104,7 +108,10 @@ int ControlServer::start(std::string* why) {
     *why = "cannot listen on " + path_ + ": " + ec.message();
     return ec.value();
   }
-  ::chmod(path_.c_str(), 0666);  // access control is per object, by SO_PEERCRED owner
+  // Any local user may open a context, as with /dev/infiniband/uverbs*:
+  // every object belongs to the connection (context) that created it, and
+  // DMA reaches only memory of the process identified by SO_PEERCRED.
+  ::chmod(path_.c_str(), 0666);
   accept_next();
   return 0;
 }

@@ -201,6 +201,16 @@ void Device::close_client(fw::OwnerId id) {
 void Device::handle(Client& c, const Request& req, Reply* out) {
   counters_.ctrl_requests++;
   int err = EOPNOTSUPP;
+  bool needs_context = req.op != MROCE_OP_OPEN_CONTEXT && req.op != MROCE_OP_QUERY_DEVICE &&
+                       req.op != MROCE_OP_QUERY_PORT && req.op != MROCE_OP_QUERY_COUNTERS &&
+                       req.op != MROCE_OP_LIST_QPS;
+  if (needs_context && c.async_fd < 0) {
+    counters_.ctrl_errors++;
+    out->err = EPROTO;
+    out->reason = "open a context (MROCE_OP_OPEN_CONTEXT) before operation " +
+                  std::to_string(req.op);
+    return;
+  }
   switch (req.op) {
     case MROCE_OP_OPEN_CONTEXT: err = op_open(c, req, out); break;
     case MROCE_OP_QUERY_DEVICE: {
@@ -534,6 +544,7 @@ int Device::op_query_counters(Client& c, const Request& r, Reply* out) {
     add("cq_events", d.cq_events);
     add("cq_event_write_failed", d.cq_event_write_failed);
     add("async_events", d.async_events);
+    add("async_event_write_failed", d.async_event_write_failed);
     add("doorbell_wakeups", d.doorbell_wakeups);
     const DmaStats& s = dma_.stats();
     add("dma_read_calls", s.read_calls);
@@ -560,6 +571,25 @@ int Device::op_query_counters(Client& c, const Request& r, Reply* out) {
       return err;
     }
     add_counters(qc, &list);
+    // Ring indices: where the application and the NIC are in each queue.
+    auto it = qps_.find(req.qpn);
+    if (it != qps_.end()) {
+      auto add = [&](const char* name, uint64_t v) {
+        mroce_counter m{};
+        std::strncpy(m.name, name, sizeof(m.name) - 1);
+        m.value = v;
+        list.push_back(m);
+      };
+      add("sq_posted", it->second.sq.load_producer());
+      add("sq_consumed", it->second.sq.hdr()->consumer);
+      add("rq_posted", it->second.rq.load_producer());
+      add("rq_consumed", it->second.rq.hdr()->consumer);
+      auto cq = cqs_.find(it->second.send_cqn);
+      if (cq != cqs_.end()) {
+        add("send_cq_produced", cq->second.producer);
+        add("send_cq_consumed", cq->second.ring.load_consumer());
+      }
+    }
   }
   mroce_query_counters_resp resp{static_cast<uint32_t>(list.size()), 0};
   encode(resp, &out->body);

@@ -126,7 +126,6 @@ class Device : fw::ClockInterface,
     RingView ring;
     uint32_t producer = 0;   // local copy; published in flush_completions()
     bool dirty = false;
-    bool solicited_pending = false;
   };
   struct QpState {
     fw::OwnerId owner = 0;

@@ -2,6 +2,7 @@
 // namespace) per device: owns an Ethernet interface, hosts the transport
 // engine on it, publishes it as RDMA device metaroceN, and serves clients
 // on <run-dir>/<ibdev>.sock. docs/daemon.md.
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
@@ -28,6 +29,7 @@
 #include "firmware-model/daemon/net/netlink_monitor.h"
 #include "firmware-model/daemon/options.h"
 #include "firmware-model/engine/congestion.h"
+#include "firmware-model/hw/probe.h"
 #include "kmod-shim/sysfs/sysfs_publisher.h"
 
 namespace metaroce::daemon {
@@ -163,8 +165,11 @@ std::string counters_text(const Device& device) {
 
 int run(const Options& o) {
   if (o.backend == "hw") {
-    log_line("no MetaRoCE offload hardware on " + o.netdev + ": use --backend soft");
-    return 1;
+    std::string why;
+    if (hw::probe(o.netdev, &why) != 0) {
+      log_line(why);
+      return 1;
+    }
   }
   if (!fw::make_congestion_control(o.cc, {})) {
     log_line("unknown congestion control '" + o.cc + "' (known: default)");
@@ -216,6 +221,8 @@ int run(const Options& o) {
   cfg.engine.port = link.port_info();
   cfg.engine.num_paths = o.paths;
   cfg.engine.congestion = o.cc;
+  cfg.engine.base_rtt = static_cast<fw::Time>(o.base_rtt_us) * 1000;
+  cfg.engine.link_bps = static_cast<uint64_t>(o.link_gbps) * 1'000'000'000;
   cfg.limits.max_qp = o.max_qp_per_client;
   cfg.ifindex = static_cast<uint32_t>(link.monitor().link().ifindex);
   cfg.gid_tbl_len = HostLink::kGidTableLen;
@@ -245,6 +252,19 @@ int run(const Options& o) {
   }
   if (!o.pidfile.empty()) std::ofstream(o.pidfile) << getpid() << "\n";
 
+  // Applications busy-poll their CQs on the same cores as this NIC. At
+  // normal priority a woken daemon waits a scheduler slice (milliseconds)
+  // behind them; SCHED_FIFO lets it run at once, as a hardware NIC would.
+  // The loop sleeps after spin_us idle, and the kernel's RT throttling
+  // bounds it regardless.
+  if (o.rt_priority) {
+    sched_param sp{};
+    sp.sched_priority = static_cast<int>(o.rt_priority);
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
+      log_line(std::string("SCHED_FIFO unavailable (") + std::strerror(errno) +
+               "): running at normal priority; expect millisecond latencies on busy cores");
+    }
+  }
   LoopOptions lo;
   lo.spin_ns = static_cast<uint64_t>(o.spin_us) * 1000;
   DaemonLoop loop(io, device, doorbell, link.monitor().fd(),
@@ -262,6 +282,7 @@ int run(const Options& o) {
     usr1.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
       log_line(counters_text(device));
+      for (uint32_t qpn : device.engine().qp_numbers()) log_line(device.engine().describe_qp(qpn));
       arm_usr1();
     });
   };

@@ -39,13 +39,14 @@ extern "C" {
 enum mroce_op {
   MROCE_OP_OPEN_CONTEXT = 1, /* reply carries fds: [doorbell eventfd, async event fd] */
   MROCE_OP_QUERY_DEVICE = 2,
-  MROCE_OP_QUERY_PORT = 3,
+  MROCE_OP_QUERY_PORT = 3,    /* request body ignored (one port) */
   MROCE_OP_ALLOC_PD = 4,
   MROCE_OP_DEALLOC_PD = 5,
   MROCE_OP_REG_MR = 6,
   MROCE_OP_DEREG_MR = 7,
-  MROCE_OP_CREATE_CQ = 8,     /* request may carry 1 fd: completion channel notify fd */
-  MROCE_OP_DESTROY_CQ = 9,    /* reply to CREATE_CQ carries 1 fd: CQ ring memfd */
+  MROCE_OP_CREATE_CQ = 8,     /* request may carry 1 fd: completion channel notify fd;
+                                 reply carries 1 fd: CQ ring memfd */
+  MROCE_OP_DESTROY_CQ = 9,
   MROCE_OP_CREATE_QP = 10,    /* reply carries 1 fd: SQ+RQ ring memfd */
   MROCE_OP_MODIFY_QP = 11,
   MROCE_OP_QUERY_QP = 12,
@@ -226,7 +227,8 @@ struct mroce_query_counters_resp {
  * Completion notification: the application writes `armed` (seq_cst) to
  * MROCE_CQ_ARM_ANY or MROCE_CQ_ARM_SOLICITED; the NIC, after publishing a
  * CQE that satisfies it, exchanges armed to 0 and writes the 8-byte
- * user_handle record to the CQ's channel fd.
+ * user_handle record to the CQ's channel fd. v1 NICs treat SOLICITED as ANY
+ * (an event for a non-solicited completion; the consumer polls and finds it).
  */
 struct mroce_ring_hdr {
   uint32_t producer;   /* written by the producer only */

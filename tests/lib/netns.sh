@@ -11,11 +11,14 @@
 #
 # The daemon binary: $METAROCED, else the Bazel runfiles copy, else .bazel/bin.
 
-MROCE_NS_A=mroce-a; MROCE_NS_B=mroce-b
-MROCE_IF_A=mroce-va; MROCE_IF_B=mroce-vb
+# MROCE_PREFIX (default mroce) names the namespaces, interfaces and run
+# directories, so two networks can coexist (names must start with mroce).
+MROCE_PREFIX=${MROCE_PREFIX:-mroce}
+MROCE_NS_A=$MROCE_PREFIX-a; MROCE_NS_B=$MROCE_PREFIX-b
+MROCE_IF_A=$MROCE_PREFIX-va; MROCE_IF_B=$MROCE_PREFIX-vb
 MROCE_IP_A=10.77.0.1; MROCE_IP_B=10.77.0.2
 MROCE_DEV_A=metaroce0; MROCE_DEV_B=metaroce1
-MROCE_RUN_A=/run/metaroce/mroce-a; MROCE_RUN_B=/run/metaroce/mroce-b
+MROCE_RUN_A=/run/metaroce/$MROCE_NS_A; MROCE_RUN_B=/run/metaroce/$MROCE_NS_B
 MROCE_SYSFS_A=$MROCE_RUN_A/sysfs; MROCE_SYSFS_B=$MROCE_RUN_B/sysfs
 export MROCE_NS_A MROCE_NS_B MROCE_IF_A MROCE_IF_B MROCE_IP_A MROCE_IP_B MROCE_DEV_A MROCE_DEV_B
 export MROCE_RUN_A MROCE_RUN_B MROCE_SYSFS_A MROCE_SYSFS_B
@@ -40,6 +43,7 @@ _mroce_start_daemon() {  # ns ifname ibdev rundir
     --sysfs-root "$run/sysfs" --run-dir "$run" --paths "${MROCE_PATHS:-4}" \
     ${MROCE_DAEMON_ARGS:-} >"$run/daemon.log" 2>&1 &
   pid=$!
+  echo "$pid" > "$run/daemon.pid"
   mkdir -p "$MROCE_RUN_DIR_TEST"; echo "$pid" >> "$MROCE_RUN_DIR_TEST/pids"
   for _ in $(seq 1 100); do
     [ -S "$run/$dev.sock" ] && [ -e "$run/sysfs/class/infiniband/$dev" ] && { echo "$pid"; return 0; }
@@ -96,6 +100,9 @@ mroce_daemon_restart() {  # a|b
 
 mroce_net_down() {
   local pid
+  # Daemons started by an earlier shell are found through their pidfiles.
+  [ -n "${MROCE_PID_A:-}" ] || MROCE_PID_A=$(cat "$MROCE_RUN_A/daemon.pid" 2>/dev/null)
+  [ -n "${MROCE_PID_B:-}" ] || MROCE_PID_B=$(cat "$MROCE_RUN_B/daemon.pid" 2>/dev/null)
   for pid in ${MROCE_PID_A:-} ${MROCE_PID_B:-}; do
     kill "$pid" 2>/dev/null
   done
