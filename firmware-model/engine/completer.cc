@@ -138,7 +138,9 @@ void on_nack(Core& c, Qp& qp, const proto::Frame& f) {
         return;
       }
       c.bump(&qp, &Counters::rnr_retries);
-      qp.sb.rnr_wait(n.psn, c.now() + rnr_timer_ns(n.rnr_timer));
+      // The larger of the responder's timer and our own min_rnr_timer.
+      Time wait = std::max(rnr_timer_ns(n.rnr_timer), rnr_timer_ns(qp.attr.min_rnr_timer));
+      qp.sb.rnr_wait(n.psn, c.now() + wait);
       requester::arm_rto(c, qp, false);
       return;
     }

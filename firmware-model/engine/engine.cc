@@ -570,22 +570,24 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
   }
   const proto::Frame& f = parsed.value();
   const proto::Packet& p = f.packet;
-  if (p.mbth.opcode == proto::Opcode::kProbe) {  // path probe: answer on the same path
-    OutPacket o;
-    o.src_ip = f.headers.dst_ip;
-    o.dst_ip = f.headers.src_ip;
-    o.src_port = f.headers.src_port;
-    o.packet.mbth = p.mbth;
-    o.packet.mbth.opcode = proto::Opcode::kProbeReply;
-    o.packet.mbth.timestamp = static_cast<uint32_t>(c.now());
-    o.packet.probe = {p.probe.nonce, p.mbth.timestamp};
-    c.bump(nullptr, &Counters::tx_packets);
-    c.hal().packets.send(o);
-    return;
-  }
   Qp* qp = m.find_qp(p.mbth.dest_qpn);
   if (!qp) {
     c.bump(nullptr, &Counters::rx_drop_unknown_qp);
+    return;
+  }
+  if (p.mbth.opcode == proto::Opcode::kProbe) {  // docs/protocol.md §8
+    if (qp->state == QpState::kRtr || qp->state == QpState::kRts || qp->state == QpState::kSqd) {
+      proto::Packet r;
+      r.mbth = p.mbth;
+      r.mbth.opcode = proto::Opcode::kProbeReply;
+      r.mbth.dest_qpn = qp->attr.dest_qp_num;
+      r.mbth.flags = 0;
+      r.mbth.timestamp = static_cast<uint32_t>(c.now());
+      r.probe = {p.probe.nonce, p.mbth.timestamp};
+      c.send(*qp, r, p.mbth.path_id);
+    } else {
+      c.bump(qp, &Counters::rx_drop_qp_state);
+    }
     return;
   }
   qp->counters.rx_packets++;

@@ -60,7 +60,7 @@ bool build(Core& c, Qp& qp, SendWqe& w, uint32_t psn, uint32_t offset, uint32_t 
   bool last = w.is_rd() || offset + len == w.length;
   if (last) m.flags |= proto::kFlagLast | proto::kFlagAckReq;
   if (last && (wr.send_flags & kSendSolicited)) m.flags |= proto::kFlagSolicited;
-  if (retransmit) m.flags |= proto::kFlagRetransmit;
+  if (retransmit) m.flags |= proto::kFlagRetransmit | proto::kFlagAckReq;
   switch (wr.opcode) {
     case WrOpcode::kRdmaWriteImm:
       p->imm = wr.imm;

@@ -92,6 +92,7 @@ State check_psn(Core& c, Qp& qp, Req& r) {
     case RecvWindow::Verdict::kOutOfWindow: break;
   }
   c.bump(&qp, &Counters::rx_drop_out_of_window);
+  send_nack(c, qp, proto::NackReason::kSequenceError, r.p.mbth.psn, r.p.mbth.path_id);
   return State::kDone;
 }
 
@@ -262,6 +263,8 @@ State acknowledge(Core& c, Qp& qp, Req& r) {
   return State::kDone;
 }
 
+// docs/protocol.md §6.8: never placed or executed again; READs are served
+// again (idempotent), atomics replayed from the cache.
 State duplicate(Core& c, Qp& qp, Req& r) {
   const proto::Packet& p = r.p;
   c.bump(&qp, &Counters::rx_drop_duplicate);
@@ -270,6 +273,16 @@ State duplicate(Core& c, Qp& qp, Req& r) {
     if (a.valid && a.psn == p.mbth.psn) {
       c.bump(&qp, &Counters::atomic_replays);
       send_atomic_resp(c, qp, a);
+    } else {  // evicted: must not execute twice
+      send_nack(c, qp, proto::NackReason::kInvalidRequest, p.mbth.psn, p.mbth.path_id);
+    }
+  } else if (p.mbth.opcode == Opcode::kReadReq && check_rkey(c, qp, r) == State::kExecute) {
+    bool queued = false;
+    for (const ReadJob& j : qp.reads) queued = queued || (j.psn == p.mbth.psn && j.done == 0);
+    if (!queued) {
+      qp.reads.push_back({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
+                          p.mbth.path_id});
+      c.activate(qp);
     }
   }
   qp.ack_echo_ts = p.mbth.timestamp;
