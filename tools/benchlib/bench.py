@@ -1,0 +1,719 @@
+#!/usr/bin/env python3
+"""Side-by-side MetaRoCE benchmark (tools/bench, docs/benchmark.md).
+
+One run, one machine, one kind of link (the tests/lib/netns.sh veth pair
+between two namespaces named $MROCE_PREFIX-a/-b, default mroce-bench):
+
+  1. references, with no daemon on the link: kernel TCP (one iperf3 stream),
+     raw frame rates (tests/io io_pingpong: AF_PACKET and AF_XDP, 1514-B
+     frames), kernel UDP socket ping-pong round trip (tools/benchlib
+     udp_pingpong, 8-B messages, both sides spinning);
+  2. per backend (--io packet, --io xdp; the network is rebuilt for each):
+     perftest ib_write_bw over message sizes, ib_read_bw and ib_send_bw
+     64 KiB, ib_write_lat and ib_send_lat 8 B, with the daemons' CPU time;
+  3. per backend: the bandwidth tests again under netem loss and reordering.
+
+Every subprocess runs in its own process group with a timeout; a failed or
+timed-out test is recorded as failed and the run goes on (the network is
+rebuilt when a daemon died or a test timed out). Everything this run started
+is ended on exit, Ctrl-C or SIGTERM: its process groups, its daemons (by pid),
+its namespaces (only those it created).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+NETNS_SH = os.path.join(TOP, "tests/lib/netns.sh")
+LAUNCHER = os.path.join(TOP, "kmod-shim/launcher/metaroce-run")
+TARGETS = ["//firmware-model/daemon:metaroced", "//provider:libmetaroce-rdmav34.so",
+           "//kmod-shim/launcher:all", "//tests/io:io_pingpong", "//tools/benchlib:udp_pingpong"]
+KIB, MIB = 1024, 1024 * 1024
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# Impairments, applied with `tc qdisc replace dev <veth> root netem ...` on
+# BOTH veth ends (each direction: data and acknowledgements alike).
+# "delay 100us" alone is the control for the reorder case: netem reorders by
+# delaying most packets, so the reorder row must be read against it.
+IMPAIRMENTS = [
+    ("loss 0.1%", "loss 0.1%"),
+    ("loss 1%", "loss 1%"),
+    ("delay 100us (control)", "delay 100us limit 100000"),
+    ("reorder 25%, delay 100us", "delay 100us reorder 25% 50% limit 100000"),
+]
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+class Interrupted(Exception):
+    pass
+
+
+class Procs:
+    """Subprocesses of this run, each in its own process group (its session)."""
+
+    def __init__(self, logdir):
+        self.logdir = logdir
+        self.live = {}  # pid -> Popen
+        self.n = 0
+
+    def _logfile(self, name):
+        self.n += 1
+        safe = re.sub(r"[^A-Za-z0-9_.+-]+", "_", name)[:80]
+        return os.path.join(self.logdir, "%03d-%s.log" % (self.n, safe))
+
+    def start(self, name, cmd, env=None):
+        path = self._logfile(name)
+        f = open(path, "w")
+        f.write("$ %s\n" % " ".join(shlex.quote(c) for c in cmd))
+        f.flush()
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             env=env, start_new_session=True, cwd=TOP)
+        f.close()
+        p.logpath = path
+        p.started = time.monotonic()
+        self.live[p.pid] = p
+        return p
+
+    def wait(self, p, timeout):
+        """Returns (rc, output, timed_out). rc None when it had to be killed."""
+        timed_out = False
+        try:
+            p.wait(timeout=max(0.1, timeout))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self.kill(p)
+        self.live.pop(p.pid, None)
+        with open(p.logpath, errors="replace") as f:
+            out = f.read()
+        return (None if timed_out else p.returncode), out, timed_out
+
+    def run(self, name, cmd, timeout, env=None):
+        return self.wait(self.start(name, cmd, env), timeout)
+
+    def kill(self, p):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                p.wait(timeout=2)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.live.pop(p.pid, None)
+
+    def kill_all(self):
+        for p in list(self.live.values()):
+            self.kill(p)
+
+
+def cpu_ticks(pid):
+    """utime + stime of a whole process (all threads), in clock ticks."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            s = f.read()
+    except OSError:
+        return None
+    fields = s[s.rfind(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def parse_table(out, first_col):
+    """perftest prints a header line starting with '#bytes' and one row per size."""
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith(first_col):
+            header = re.split(r"\s{2,}|\t+", line.strip())
+            for row in lines[i + 1:]:
+                vals = row.split()
+                if vals and re.match(r"^\d+$", vals[0]) and len(vals) >= 3:
+                    return dict(zip(header, vals))
+    return None
+
+
+def num_from(d, prefix):
+    for k, v in d.items():
+        if k.startswith(prefix):
+            try:
+                return float(v)
+            except ValueError:
+                return None
+    return None
+
+
+class Bench:
+    def __init__(self, args):
+        self.a = args
+        self.out = args.out
+        os.makedirs(os.path.join(self.out, "logs"), exist_ok=True)
+        self.procs = Procs(os.path.join(self.out, "logs"))
+        self.prefix = os.environ.get("MROCE_PREFIX", "mroce-bench")
+        self.net = None  # dict once up
+        self.port = 18700
+        self.results = {"references": {}, "perftest": [], "impairments": [], "events": []}
+        self.bin = {}
+
+    # ---------------------------------------------------------------- setup
+    def event(self, msg):
+        log("  ! " + msg)
+        self.results["events"].append({"t": round(time.time(), 1), "msg": msg})
+
+    def bazel(self):
+        b = ["bazel"] + (["--output_base=" + self.a.output_base] if self.a.output_base else [])
+        return b
+
+    def build(self):
+        if not self.a.no_build:
+            log("building (release): " + " ".join(TARGETS))
+            rc, out, to = self.procs.run("bazel-build", self.bazel() + ["build", "--config=release"] + TARGETS,
+                                         timeout=1800)
+            if rc != 0:
+                sys.exit("tools/bench: build failed, see %s" % os.path.join(self.out, "logs"))
+        rc, out, _ = self.procs.run("bazel-info", self.bazel() + ["info", "--config=release", "bazel-bin"], 300)
+        bindir = out.strip().splitlines()[-1] if rc == 0 else ""
+        paths = {
+            "metaroced": os.environ.get("METAROCED") or os.path.join(bindir, "firmware-model/daemon/metaroced"),
+            "provider": os.environ.get("METAROCE_PROVIDER") or os.path.join(bindir, "provider/libmetaroce-rdmav34.so"),
+            "preload": os.environ.get("METAROCE_PRELOAD") or os.path.join(bindir, "kmod-shim/launcher/libmetaroce-preload.so"),
+            "io_pingpong": os.path.join(bindir, "tests/io/io_pingpong"),
+            "udp_pingpong": os.path.join(bindir, "tools/benchlib/udp_pingpong"),
+        }
+        for k, v in paths.items():
+            if not os.path.exists(v):
+                sys.exit("tools/bench: %s not found at %s (build it, or drop --no-build)" % (k, v))
+        self.bin = paths
+
+    def env(self):
+        e = dict(os.environ)
+        e.update(MROCE_PREFIX=self.prefix, METAROCED=self.bin["metaroced"], E2E_RUN_DIR=os.path.join(self.out, "run"),
+                 METAROCE_PROVIDER=self.bin["provider"], METAROCE_PRELOAD=self.bin["preload"])
+        return e
+
+    def sh(self, name, script, timeout=60):
+        """Runs bash with tests/lib/netns.sh sourced."""
+        full = "source %s\n%s" % (shlex.quote(NETNS_SH), script)
+        return self.procs.run(name, ["bash", "-c", full], timeout, env=self.env())
+
+    def ns_taken(self):
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
+        names = [l.split()[0] for l in out.splitlines() if l.strip()]
+        return [n for n in names if n in (self.prefix + "-a", self.prefix + "-b")]
+
+    def net_up(self, io):
+        """Namespaces, veth and both daemons (tests/lib/netns.sh). io=None: no daemons stay."""
+        self.net_down()
+        script = """
+mroce_net_up --io %s --mtu %d || exit 1
+mac() { ip -n "$1" -br link show "$2" | awk '{print $3}'; }
+echo "NET NS_A=$MROCE_NS_A NS_B=$MROCE_NS_B IF_A=$MROCE_IF_A IF_B=$MROCE_IF_B IP_A=$MROCE_IP_A IP_B=$MROCE_IP_B \
+DEV_A=$MROCE_DEV_A DEV_B=$MROCE_DEV_B SYSFS_A=$MROCE_SYSFS_A SYSFS_B=$MROCE_SYSFS_B PID_A=$MROCE_PID_A PID_B=$MROCE_PID_B \
+MAC_A=$(mac $MROCE_NS_A $MROCE_IF_A) MAC_B=$(mac $MROCE_NS_B $MROCE_IF_B)"
+grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
+""" % (io or "packet", self.a.mtu)
+        rc, out, to = self.sh("net-up-%s" % (io or "refs"), script, timeout=60)
+        line = next((l for l in out.splitlines() if l.startswith("NET ")), None)
+        if rc != 0 or not line:
+            # the namespaces may exist even though a daemon did not come up
+            self.net = {"NS_A": self.prefix + "-a", "NS_B": self.prefix + "-b"}
+            raise RuntimeError("network/daemons did not come up (--io %s): %s" % (io, out.strip()[-400:]))
+        self.net = dict(kv.split("=", 1) for kv in line.split()[1:])
+        self.net["PID_A"], self.net["PID_B"] = int(self.net["PID_A"]), int(self.net["PID_B"])
+        self.net["io_line"] = next((l[7:] for l in out.splitlines() if l.startswith("IOLINE ")), "")
+        if io is None:
+            self.stop_daemons()
+        else:
+            self.net["GID_A"] = self.gid_index("A")
+            self.net["GID_B"] = self.gid_index("B")
+        return self.net
+
+    def stop_daemons(self):
+        for k in ("PID_A", "PID_B"):
+            pid = self.net.get(k) if self.net else None
+            if pid and alive(pid):
+                os.kill(pid, signal.SIGTERM)
+                for _ in range(30):
+                    if not alive(pid):
+                        break
+                    time.sleep(0.1)
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            if self.net:
+                self.net[k] = 0
+
+    def net_down(self):
+        if self.net is None:
+            return
+        self.stop_daemons()
+        # mroce_net_down deletes only $MROCE_PREFIX-a/-b and their run dirs
+        self.sh("net-down", "MROCE_PID_A=; MROCE_PID_B=; mroce_net_down", timeout=60)
+        self.net = None
+
+    def in_ns(self, side, cmd):
+        return ["ip", "netns", "exec", self.net["NS_" + side]] + cmd
+
+    def verbs(self, side, cmd):
+        return [LAUNCHER, "--sysfs-root", self.net["SYSFS_" + side]] + self.in_ns(side, cmd)
+
+    def gid_index(self, side):
+        rc, out, _ = self.procs.run("devinfo-" + side, self.verbs(side, ["ibv_devinfo", "-v", "-d", self.net["DEV_" + side]]),
+                                    30, env=self.env())
+        ip = "::ffff:" + self.net["IP_" + side]
+        for l in out.splitlines():
+            m = re.search(r"GID\[\s*(\d+)\]:\s*(\S+),\s*RoCE v2", l)
+            if m and m.group(2) == ip:
+                return m.group(1)
+        raise RuntimeError("no RoCE v2 GID for %s on %s" % (ip, self.net["DEV_" + side]))
+
+    def wait_listen(self, side, port, proc, secs=15):
+        end = time.monotonic() + secs
+        while time.monotonic() < end:
+            if proc.poll() is not None:
+                return False
+            out = subprocess.run(self.in_ns(side, ["ss", "-ltnu"]), capture_output=True, text=True, timeout=10).stdout
+            if re.search(r":%d\s" % port, out):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def wait_file(self, path, proc, secs=15):
+        end = time.monotonic() + secs
+        while time.monotonic() < end:
+            if os.path.exists(path) and os.path.getsize(path) > 0:
+                return True
+            if proc.poll() is not None:
+                return False
+            time.sleep(0.05)
+        return False
+
+    # ----------------------------------------------------------- references
+    def ref_tcp(self):
+        port = self.next_port()
+        srv = self.procs.start("iperf3-server", self.in_ns("A", ["iperf3", "-s", "-1", "-p", str(port)]))
+        try:
+            if not self.wait_listen("A", port, srv):
+                raise RuntimeError("iperf3 server did not listen")
+            secs = 3 if self.a.quick else 5
+            rc, out, to = self.procs.run("iperf3-client", self.in_ns("B", ["iperf3", "-c", self.net["IP_A"], "-p", str(port),
+                                                                     "-t", str(secs), "-J"]), secs + 30)
+        finally:
+            self.procs.wait(srv, 10)
+        if rc != 0:
+            raise RuntimeError("iperf3 client failed (%s)" % ("timeout" if to else "exit %s" % rc))
+        j = json.loads(out[out.index("{"):])
+        end = j["end"]
+        gbps = end["sum_received"]["bits_per_second"] / 1e9
+        cpu = end.get("cpu_utilization_percent", {})
+        moved = end["sum_received"]["bytes"]
+        dur = end["sum_received"]["seconds"]
+        cpu_s = (cpu.get("host_total", 0) + cpu.get("remote_total", 0)) / 100 * dur
+        return {"status": "ok", "gbps": gbps, "seconds": dur, "bytes": moved,
+                "retransmits": end.get("sum_sent", {}).get("retransmits"),
+                "cpu_s_per_gb": cpu_s / (moved / 1e9) if moved else None,
+                "cpu_note": "iperf3 sender+receiver process CPU (user+sys), not softirq time elsewhere"}
+
+    def ref_frames(self, io):
+        runs = []
+        count = 100000 if self.a.quick else 300000
+        for i in range(1 if self.a.quick else 3):
+            ready = os.path.join(self.out, "run", "sink-%s-%d.ready" % (io, i))
+            os.makedirs(os.path.dirname(ready), exist_ok=True)
+            if os.path.exists(ready):
+                os.remove(ready)
+            sink = self.procs.start("frames-sink-%s" % io, self.in_ns("B", [
+                self.bin["io_pingpong"], "--role=sink", "--if=" + self.net["IF_B"], "--io=" + io,
+                "--count=%d" % count, "--expect=1", "--timeout=10", "--ready-file=" + ready]))
+            if not self.wait_file(ready, sink):
+                self.procs.kill(sink)
+                raise RuntimeError("frame sink (--io %s) did not open: %s" % (io, open(sink.logpath).read()[-300:]))
+            src_rc, src_out, _ = self.procs.run("frames-source-%s" % io, self.in_ns("A", [
+                self.bin["io_pingpong"], "--role=source", "--if=" + self.net["IF_A"], "--io=" + io,
+                "--src-ip=" + self.net["IP_A"], "--dst-ip=" + self.net["IP_B"], "--dst-mac=" + self.net["MAC_B"],
+                "--count=%d" % count, "--size=1514"]), 60)
+            rc, out, to = self.procs.wait(sink, 30)
+            m = re.search(r"sink: (\d+)/(\d+) frames intact.*?([\d.]+) Mpps, ([\d.]+) Gbit/s", out)
+            if not m:
+                raise RuntimeError("frame sink printed no rate (source exit %s): %s" % (src_rc, out[-300:]))
+            backend = re.search(r"^backend (\S+)", out, re.M)
+            runs.append({"mpps": float(m.group(3)), "gbps": float(m.group(4)), "received": int(m.group(1)),
+                         "sent": count, "backend": backend.group(1).rstrip(",") if backend else io})
+        med = statistics.median(r["gbps"] for r in runs)
+        best = min(runs, key=lambda r: abs(r["gbps"] - med))
+        return {"status": "ok", "gbps": best["gbps"], "mpps": best["mpps"], "frame_bytes": 1514,
+                "backend": best["backend"], "runs": runs,
+                "note": "io_pingpong source (tx --io %s, unpaced) -> sink (rx --io %s), ICRC checked, median of %d"
+                        % (io, io, len(runs))}
+
+    def ref_udp(self):
+        port = self.next_port()
+        srv = self.procs.start("udp-server", self.in_ns("A", [self.bin["udp_pingpong"], "--server", "--port=%d" % port,
+                                                              "--timeout=3"]))
+        try:
+            if not self.wait_listen("A", port, srv):
+                raise RuntimeError("udp_pingpong server did not bind")
+            count = 10000 if self.a.quick else 50000
+            rc, out, to = self.procs.run("udp-client", self.in_ns("B", [
+                self.bin["udp_pingpong"], "--client", "--dst=" + self.net["IP_A"], "--port=%d" % port,
+                "--count=%d" % count, "--size=8"]), 60)
+        finally:
+            self.procs.kill(srv)
+        m = re.search(r"udp_rtt: count (\d+) lost (\d+) size \d+ min ([\d.]+) p50 ([\d.]+) p90 ([\d.]+) p99 ([\d.]+) "
+                      r"p999 ([\d.]+) max ([\d.]+) mean ([\d.]+)", out)
+        if not m:
+            raise RuntimeError("udp_pingpong failed (%s): %s" % ("timeout" if to else rc, out[-300:]))
+        v = [float(x) for x in m.groups()]
+        return {"status": "ok", "count": int(v[0]), "lost": int(v[1]), "rtt_min_us": v[2], "rtt_p50_us": v[3],
+                "rtt_p90_us": v[4], "rtt_p99_us": v[5], "rtt_p999_us": v[6], "rtt_mean_us": v[8], "size": 8}
+
+    def references(self):
+        log("\n== references (no daemon on the link)")
+        try:
+            self.net_up(None)
+        except Exception as e:  # noqa: BLE001
+            for k in ("tcp", "af_packet", "af_xdp", "udp"):
+                self.results["references"][k] = {"status": "failed", "reason": str(e)}
+            self.net_down()
+            return
+        steps = [("tcp", self.ref_tcp), ("af_packet", lambda: self.ref_frames("packet")),
+                 ("af_xdp", lambda: self.ref_frames("xdp")), ("udp", self.ref_udp)]
+        for key, fn in steps:
+            r = self.guard(key, fn)
+            self.results["references"][key] = r
+            log("  %-10s %s" % (key, summary(r)))
+        self.net_down()
+
+    # ------------------------------------------------------------- perftest
+    def next_port(self):
+        self.port += 1
+        return self.port
+
+    def perftest(self, tool, size, iters, extra=(), timeout=60):
+        """Server in A, client in B. Returns a result dict (status ok/failed)."""
+        port = self.next_port()
+        common = [tool, "-F", "-p", str(port), "-s", str(size), "-n", str(iters)] + list(extra)
+        srv = self.procs.start("%s-%d-server" % (tool, size),
+                               self.verbs("A", common + ["-d", self.net["DEV_A"], "-x", self.net["GID_A"]]), env=self.env())
+        deadline = time.monotonic() + timeout
+        try:
+            if not self.wait_listen("A", port, srv):
+                rc, out, _ = self.procs.wait(srv, 1)
+                raise RuntimeError("server did not listen (exit %s): %s" % (rc, tail(out)))
+            pids = (self.net["PID_A"], self.net["PID_B"])
+            c0 = [cpu_ticks(p) for p in pids]
+            t0 = time.monotonic()
+            cli = self.procs.start("%s-%d-client" % (tool, size),
+                                   self.verbs("B", common + ["-d", self.net["DEV_B"], "-x", self.net["GID_B"],
+                                                             self.net["IP_A"]]), env=self.env())
+            rc, out, to = self.procs.wait(cli, deadline - time.monotonic())
+            wall = time.monotonic() - t0
+            c1 = [cpu_ticks(p) for p in pids]
+        finally:
+            src, sout, sto = self.procs.wait(srv, max(3, deadline - time.monotonic()))
+        if to:
+            raise RuntimeError("timeout after %.0f s (client log %s)" % (timeout, os.path.basename(cli.logpath)))
+        if rc != 0 or src != 0:
+            raise RuntimeError("client exit %s, server exit %s: %s" % (rc, "timeout" if sto else src, tail(out + sout)))
+        r = {"status": "ok", "wall_s": wall, "log": os.path.basename(cli.logpath)}
+        if None not in c0 and None not in c1:
+            r["daemon_cpu_s"] = [(b - a) / CLK_TCK for a, b in zip(c0, c1)]
+        if tool.endswith("_lat"):
+            row = parse_table(out, "#bytes")
+            if not row:
+                raise RuntimeError("no latency row in output: " + tail(out))
+            r.update(size=int(row["#bytes"]), iters=int(row["#iterations"]), t_min_us=num_from(row, "t_min"),
+                     t_typical_us=num_from(row, "t_typical"), t_avg_us=num_from(row, "t_avg"),
+                     t_p99_us=num_from(row, "99%"), t_p999_us=num_from(row, "99.9%"), t_max_us=num_from(row, "t_max"))
+        else:
+            row = parse_table(out, "#bytes")
+            if not row:
+                raise RuntimeError("no bandwidth row in output: " + tail(out))
+            mbs = num_from(row, "BW average")
+            r.update(size=int(row["#bytes"]), iters=int(row["#iterations"]), mib_s=mbs,
+                     gbps=mbs * MIB * 8 / 1e9, peak_gbps=num_from(row, "BW peak") * MIB * 8 / 1e9,
+                     mpps=num_from(row, "MsgRate"))
+            moved = r["size"] * r["iters"]
+            r["bytes"] = moved
+            if "daemon_cpu_s" in r and moved:
+                r["daemon_cpu_s_per_gb"] = sum(r["daemon_cpu_s"]) / (moved / 1e9)
+                r["daemon_cpu_util"] = sum(r["daemon_cpu_s"]) / wall if wall else None
+        return r
+
+    def guard(self, name, fn):
+        """Runs one test; any failure becomes a record, never a crash."""
+        try:
+            return fn()
+        except (Interrupted, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001
+            return {"status": "failed", "reason": str(e)[:600]}
+
+    def bw_iters(self, size, impaired=False):
+        if impaired:
+            return max(50, (128 if not self.a.quick else 64) * MIB // size)
+        target = (128 if self.a.quick else 512) * MIB
+        cap = 20000 if self.a.quick else 50000
+        return max(100, min(cap, target // size))
+
+    def healthy(self):
+        return self.net and alive(self.net["PID_A"]) and alive(self.net["PID_B"])
+
+    def run_pt(self, io, tool, size, iters, condition="lossless", extra=()):
+        timeout = self.a.timeout
+        r = self.guard(tool, lambda: self.perftest(tool, size, iters, extra, timeout))
+        r.update(backend=io, tool=tool, size=r.get("size", size), condition=condition, iters_asked=iters)
+        log("  %-8s %-12s %8s  %-26s %s" % (io, tool, fmt_size(size), condition, summary(r)))
+        if r["status"] != "ok" and (not self.healthy() or "timeout" in r.get("reason", "")):
+            self.event("%s %s %s on --io %s failed (%s); daemons alive: A %s B %s; rebuilding the network"
+                       % (tool, fmt_size(size), condition, io, r["reason"][:120],
+                          alive(self.net["PID_A"]), alive(self.net["PID_B"])))
+            self.save_daemon_logs(io, "after-failure")
+            try:
+                self.net_up(io)
+            except Exception as e:  # noqa: BLE001
+                self.event("rebuild failed: %s" % e)
+        return r
+
+    def save_daemon_logs(self, io, tag):
+        for side in ("a", "b"):
+            src = "/run/metaroce/%s-%s/daemon.log" % (self.prefix, side)
+            dst = os.path.join(self.out, "logs", "daemon-%s-%s-%s-%d.log" % (io, side, tag, int(time.time())))
+            try:
+                with open(src, errors="replace") as f, open(dst, "w") as g:
+                    g.write(f.read()[-200000:])
+            except OSError:
+                pass
+
+    def sizes(self):
+        if self.a.quick:
+            return [64, 4 * KIB, 64 * KIB, MIB]
+        return [64, 256, KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB]
+
+    def backend(self, io):
+        log("\n== MetaRoCE, daemons --io %s" % io)
+        try:
+            net = self.net_up(io)
+        except Exception as e:  # noqa: BLE001
+            self.event("--io %s: %s" % (io, e))
+            self.results["perftest"].append({"backend": io, "tool": "(all)", "size": 0, "condition": "lossless",
+                                             "status": "failed", "reason": str(e)[:600]})
+            self.net_down()
+            return
+        self.results.setdefault("backends", {})[io] = net.get("io_line", "")
+        log("  " + net.get("io_line", ""))
+        pt = self.results["perftest"]
+        for s in self.sizes():
+            pt.append(self.run_pt(io, "ib_write_bw", s, self.bw_iters(s)))
+        for tool in ("ib_read_bw", "ib_send_bw"):
+            pt.append(self.run_pt(io, tool, 64 * KIB, self.bw_iters(64 * KIB)))
+        lat_iters = 2000 if self.a.quick else 5000
+        for tool in ("ib_write_lat", "ib_send_lat"):
+            pt.append(self.run_pt(io, tool, 8, lat_iters))
+        self.impairments(io)
+        self.save_daemon_logs(io, "end")
+        self.net_down()
+
+    def netem(self, spec):
+        for side in ("A", "B"):
+            dev = self.net["IF_" + side]
+            cmd = ["tc", "qdisc", "del", "dev", dev, "root"] if spec is None else \
+                ["tc", "qdisc", "replace", "dev", dev, "root", "netem"] + spec.split()
+            rc, out, _ = self.procs.run("tc-" + side, self.in_ns(side, cmd), 20)
+            if spec is not None and rc != 0:
+                raise RuntimeError("tc netem %s failed: %s" % (spec, out.strip()[-200:]))
+
+    def qdisc_stats(self):
+        st = {}
+        for side in ("A", "B"):
+            out = subprocess.run(self.in_ns(side, ["tc", "-s", "qdisc", "show", "dev", self.net["IF_" + side]]),
+                                 capture_output=True, text=True, timeout=10).stdout
+            m = re.search(r"netem.*?Sent (\d+) bytes (\d+) pkt \(dropped (\d+)", out, re.S)
+            st[side] = {"pkts": int(m.group(2)), "dropped": int(m.group(3))} if m else None
+        return st
+
+    def impairments(self, io):
+        tools = ["ib_write_bw"] if self.a.quick else ["ib_write_bw", "ib_read_bw"]
+        conds = IMPAIRMENTS if not self.a.quick else [c for c in IMPAIRMENTS if "control" not in c[0]]
+        size = 64 * KIB
+        for label, spec in conds:
+            for tool in tools:
+                try:
+                    self.netem(spec)
+                except Exception as e:  # noqa: BLE001
+                    r = {"status": "failed", "reason": str(e), "backend": io, "tool": tool, "size": size,
+                         "condition": label}
+                else:
+                    r = self.run_pt(io, tool, size, self.bw_iters(size, impaired=True), condition=label)
+                    if self.net:
+                        try:
+                            r["qdisc"] = self.qdisc_stats()
+                        except Exception:  # noqa: BLE001
+                            pass
+                finally:
+                    if self.net:
+                        self.guard("netem-del", lambda: self.netem(None))
+                r["netem"] = spec
+                q = r.get("qdisc") or {}
+                frames = sum((v or {}).get("pkts", 0) for v in q.values())
+                if r["status"] == "ok" and frames < 0.1 * r.get("bytes", 0) / 1500:
+                    r["impairment_applied"] = False
+                    r["note"] = ("netem saw only %d packets: this backend's transmit path bypasses the qdisc "
+                                 "(AF_XDP copy mode uses direct xmit), so the impairment was NOT applied" % frames)
+                    log("           ^ " + r["note"])
+                else:
+                    r["impairment_applied"] = bool(q)
+                self.results["impairments"].append(r)
+
+    # ------------------------------------------------------------- machine
+    def machine(self):
+        cpu = ""
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+        except OSError:
+            pass
+        git = lambda *a: subprocess.run(["git"] + list(a), cwd=TOP, capture_output=True, text=True).stdout.strip()
+        return {"nproc": os.cpu_count(), "kernel": platform.release(), "cpu_model": cpu,
+                "loadavg_start": open("/proc/loadavg").read().split()[:3],
+                "hostname": platform.node(), "git_head": git("rev-parse", "--short", "HEAD"),
+                "git_dirty_paths": len([l for l in git("status", "--porcelain").splitlines() if l]),
+                "perftest": subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "perftest"], capture_output=True,
+                                           text=True).stdout.strip(),
+                "date": datetime.datetime.now().isoformat(timespec="seconds")}
+
+    def settings(self):
+        return {"quick": self.a.quick, "mtu": self.a.mtu, "backends": self.a.backends, "prefix": self.prefix,
+                "sizes": self.sizes(), "bw_iters": {s: self.bw_iters(s) for s in self.sizes()},
+                "impaired_iters_64k": self.bw_iters(64 * KIB, True), "lat_iters": 2000 if self.a.quick else 5000,
+                "lat_size": 8, "timeout_s": self.a.timeout,
+                "impairments": {l: "tc qdisc replace dev <veth> root netem " + s + " (both veth ends)"
+                                for l, s in IMPAIRMENTS},
+                "perftest_topology": "server in ns A (device metaroce0), client in ns B; -x = RoCE v2 IPv4 GID",
+                "daemon_args": "tests/lib/netns.sh defaults (--paths %s) %s" % (
+                    os.environ.get("MROCE_PATHS", "4"), os.environ.get("MROCE_DAEMON_ARGS", "")),
+                "binaries": self.bin}
+
+    # ----------------------------------------------------------------- run
+    def run(self):
+        if os.geteuid() != 0:
+            sys.exit("tools/bench: run as root (namespaces, veth, AF_XDP, tc)")
+        taken = self.ns_taken()
+        if taken:
+            sys.exit("tools/bench: namespaces %s already exist (another benchmark running?). Set MROCE_PREFIX=mroce-... "
+                     "to use other names, or remove them if they are stale: ip netns del NAME" % " ".join(taken))
+        self.build()
+        self.results["machine"] = self.machine()
+        self.results["settings"] = self.settings()
+        t0 = time.monotonic()
+        self.references()
+        for io in self.a.backends:
+            self.backend(io)
+        self.results["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
+        self.results["duration_s"] = round(time.monotonic() - t0, 1)
+
+    def cleanup(self):
+        self.procs.kill_all()
+        if self.net is not None:
+            try:
+                self.net_down()
+            except Exception as e:  # noqa: BLE001
+                log("cleanup: %s" % e)
+
+
+def tail(s, n=300):
+    s = " ".join(s.split())
+    return s[-n:]
+
+
+def fmt_size(s):
+    if s >= MIB and s % MIB == 0:
+        return "%d MiB" % (s // MIB)
+    if s >= KIB and s % KIB == 0:
+        return "%d KiB" % (s // KIB)
+    return "%d B" % s
+
+
+def summary(r):
+    if r.get("status") != "ok":
+        return "FAILED: " + r.get("reason", "?")[:160]
+    if "gbps" in r and "mpps" in r and "frame_bytes" in r:
+        return "%.2f Gbit/s, %.3f Mpps" % (r["gbps"], r["mpps"])
+    if "rtt_p50_us" in r:
+        return "RTT p50 %.1f us, p99 %.1f us" % (r["rtt_p50_us"], r["rtt_p99_us"])
+    if "t_typical_us" in r:
+        return "one-way typical %.1f us, p99 %.1f us" % (r["t_typical_us"], r["t_p99_us"])
+    if "gbps" in r:
+        extra = ""
+        if r.get("daemon_cpu_s_per_gb") is not None:
+            extra = ", daemons %.1f CPU-s/GB" % r["daemon_cpu_s_per_gb"]
+        return "%.2f Gbit/s%s" % (r["gbps"], extra)
+    return "ok"
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="tools/bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and iterations (~2-3 min)")
+    ap.add_argument("--out", help="output directory (default out/bench-<timestamp>)")
+    ap.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    ap.add_argument("--output-base", help="bazel --output_base for build and info")
+    ap.add_argument("--backends", default="packet,xdp", help="comma list of daemon --io backends")
+    ap.add_argument("--mtu", type=int, default=1500)
+    ap.add_argument("--timeout", type=int, default=None, help="seconds per perftest run (default 60, quick 40)")
+    a = ap.parse_args()
+    a.backends = [b for b in a.backends.split(",") if b]
+    for b in a.backends:
+        if b not in ("packet", "xdp", "auto"):
+            ap.error("--backends takes packet, xdp, auto")
+    if a.timeout is None:
+        a.timeout = 40 if a.quick else 60
+    if not a.out:
+        a.out = os.path.join(TOP, "out", "bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    a.out = os.path.abspath(a.out)
+
+    b = Bench(a)
+
+    def on_signal(signum, frame):
+        raise Interrupted("signal %d" % signum)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    interrupted = False
+    try:
+        b.run()
+    except (Interrupted, KeyboardInterrupt) as e:
+        interrupted = True
+        log("\ntools/bench: interrupted (%s); tearing down" % e)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        b.cleanup()
+    if "machine" not in b.results:
+        return 130 if interrupted else 1
+    b.results["interrupted"] = interrupted
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import report  # noqa: E402
+    report.write(b.results, a.out)
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

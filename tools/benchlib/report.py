@@ -1,0 +1,301 @@
+"""Turns tools/bench results into results.json, results.md and PNG plots.
+
+Comparisons (docs/benchmark.md):
+- bandwidth: perftest "BW average" (MiB/s, converted to Gbit/s = 1e9 bit/s)
+  over the kernel TCP figure (iperf3, one stream) and over the raw frame rate
+  of the same backend (the ceiling for a software NIC on this link);
+- latency: perftest ib_write_lat / ib_send_lat report HALF the round trip
+  (perftest divides ping-pong time by 2 for write and send). The table
+  compares round trips: 2 x perftest typical against the UDP p50 round trip,
+  2 x perftest 99% against the UDP p99 round trip;
+- impairments: goodput under netem over the lossless goodput of the same
+  test, backend and run.
+"""
+import json
+import os
+
+KIB, MIB = 1024, 1024 * 1024
+
+
+def fmt_size(s):
+    if s >= MIB and s % MIB == 0:
+        return "%d MiB" % (s // MIB)
+    if s >= KIB and s % KIB == 0:
+        return "%d KiB" % (s // KIB)
+    return "%d B" % s
+
+
+def f2(x, unit=""):
+    return "-" if x is None else ("%.2f%s" % (x, unit))
+
+
+def ratio(a, b):
+    return None if a is None or not b else a / b
+
+
+def ok(r):
+    return r is not None and r.get("status") == "ok"
+
+
+def cell_fail(r):
+    if r is None:
+        return "not run"
+    return "FAILED (%s)" % r.get("reason", "?")[:90].replace("|", "/")
+
+
+def find(results, backend, tool, size, condition="lossless"):
+    for r in results["perftest"] + results["impairments"]:
+        if r.get("backend") == backend and r.get("tool") == tool and r.get("size") == size and \
+                r.get("condition") == condition:
+            return r
+    return None
+
+
+def backends(results):
+    return results["settings"]["backends"]
+
+
+def io_label(b):
+    return {"packet": "AF_PACKET", "xdp": "AF_XDP", "auto": "auto"}.get(b, b)
+
+
+def ref_row(name, r, fig):
+    return "| %s | %s |" % (name, fig(r) if ok(r) else cell_fail(r))
+
+
+def tables(results):
+    refs = results["references"]
+    tcp = refs.get("tcp") or {}
+    udp = refs.get("udp") or {}
+    tcp_g = tcp.get("gbps") if ok(tcp) else None
+    L = []
+    m = results["machine"]
+    s = results["settings"]
+    L.append("Machine: %s, %s vCPU, kernel %s, load average %s at start, %s at end; git %s (%d paths modified); "
+             "perftest %s; %s; %s mode, %.0f s." % (
+                 m.get("cpu_model"), m.get("nproc"), m.get("kernel"), " ".join(m.get("loadavg_start", [])),
+                 " ".join(m.get("loadavg_end", ["?"])), m.get("git_head"), m.get("git_dirty_paths", 0),
+                 m.get("perftest"), m.get("date"), "quick" if s.get("quick") else "full",
+                 results.get("duration_s", 0)))
+    if results.get("interrupted"):
+        L.append("\n**Interrupted: the tables are partial.**")
+    for b, line in results.get("backends", {}).items():
+        L.append("\n- daemons --io %s: `%s`" % (b, line.strip()))
+    L.append("")
+    L.append("### References (same veth pair, no MetaRoCE daemon running)\n")
+    L.append("| reference | figure |")
+    L.append("| --- | --- |")
+    L.append(ref_row("kernel TCP, one iperf3 stream", tcp, lambda r: "%.2f Gbit/s (%s retransmits; iperf3 CPU %.1f s/GB)" % (
+        r["gbps"], r.get("retransmits"), r.get("cpu_s_per_gb") or 0)))
+    for k, name in (("af_packet", "raw AF_PACKET, 1514-B frames"), ("af_xdp", "raw AF_XDP, 1514-B frames")):
+        L.append(ref_row(name, refs.get(k), lambda r: "%.2f Gbit/s, %.3f Mpps (%s)" % (r["gbps"], r["mpps"], r["backend"])))
+    L.append(ref_row("UDP socket ping-pong, 8 B, round trip", udp,
+                     lambda r: "p50 %.1f us, p99 %.1f us (min %.1f, %d samples)" % (
+                         r["rtt_p50_us"], r["rtt_p99_us"], r["rtt_min_us"], r["count"])))
+
+    bk = backends(results)
+    # -------- bandwidth
+    L.append("\n### MetaRoCE bandwidth (perftest BW average, Gbit/s; ratio to kernel TCP and to the raw frame rate "
+             "of the same backend)\n")
+    hdr = "| test | size |" + "".join(" %s Gbit/s | /TCP | /raw |" % io_label(b) for b in bk)
+    L.append(hdr)
+    L.append("| --- | --- |" + " --- | --- | --- |" * len(bk))
+    rows = [("ib_write_bw", sz) for sz in s["sizes"]] + [("ib_read_bw", 64 * KIB), ("ib_send_bw", 64 * KIB)]
+    for tool, sz in rows:
+        cells = []
+        for b in bk:
+            r = find(results, b, tool, sz)
+            raw = refs.get("af_xdp" if b == "xdp" else "af_packet")
+            if ok(r):
+                cells += [f2(r["gbps"]), f2(ratio(r["gbps"], tcp_g)),
+                          f2(ratio(r["gbps"], raw.get("gbps") if ok(raw) else None))]
+            else:
+                cells += [cell_fail(r), "-", "-"]
+        L.append("| %s | %s | %s |" % (tool, fmt_size(sz), " | ".join(cells)))
+
+    # -------- latency
+    L.append("\n### MetaRoCE latency, 8 B (perftest reports one-way = round trip / 2; compared as round trips)\n")
+    L.append("| test | backend | one-way typical us | one-way p99 us | RTT typical us (2x) | RTT p99 us (2x) | "
+             "RTT typical / UDP p50 | RTT p99 / UDP p99 |")
+    L.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for tool in ("ib_write_lat", "ib_send_lat"):
+        for b in bk:
+            r = find(results, b, tool, 8)
+            if ok(r):
+                rt, rp = 2 * r["t_typical_us"], 2 * r["t_p99_us"]
+                L.append("| %s | %s | %.1f | %.1f | %.1f | %.1f | %s | %s |" % (
+                    tool, io_label(b), r["t_typical_us"], r["t_p99_us"], rt, rp,
+                    f2(ratio(rt, udp.get("rtt_p50_us") if ok(udp) else None)),
+                    f2(ratio(rp, udp.get("rtt_p99_us") if ok(udp) else None))))
+            else:
+                L.append("| %s | %s | %s | | | | | |" % (tool, io_label(b), cell_fail(r)))
+
+    # -------- impairments
+    L.append("\n### Goodput under netem (64 KiB messages; netem on both veth ends; retained = impaired / lossless, "
+             "same test and backend)\n")
+    L.append("| condition | test |" + "".join(" %s Gbit/s | retained | netem drops |" % io_label(b) for b in bk))
+    L.append("| --- | --- |" + " --- | --- | --- |" * len(bk))
+    conds = []
+    for r in results["impairments"]:
+        key = (r["condition"], r["tool"])
+        if key not in conds:
+            conds.append(key)
+    notes = []
+    for cond, tool in conds:
+        cells = []
+        for b in bk:
+            r = find(results, b, tool, 64 * KIB, cond)
+            base = find(results, b, tool, 64 * KIB)
+            if ok(r):
+                q = r.get("qdisc") or {}
+                drops = sum((v or {}).get("dropped", 0) for v in q.values())
+                pk = sum((v or {}).get("pkts", 0) for v in q.values())
+                g = f2(r["gbps"])
+                if r.get("impairment_applied") is False:
+                    g += " (not applied*)"
+                    notes.append(r.get("note", ""))
+                cells += [g, f2(ratio(r["gbps"], base.get("gbps") if ok(base) else None)),
+                          "%d of %d" % (drops, pk + drops)]
+            else:
+                cells += [cell_fail(r), "-", "-"]
+        L.append("| %s | %s | %s |" % (cond, tool, " | ".join(cells)))
+    if notes:
+        L.append("\n\\* " + notes[0])
+
+    # -------- cpu
+    L.append("\n### Daemon CPU time per GB moved (utime+stime of both metaroced, /proc/PID/stat, over the client run)\n")
+    L.append("| test | size | backend | Gbit/s | daemon CPU s (A + B) | wall s | CPU s per GB | daemon CPU use "
+             "(1.0 = one vCPU) |")
+    L.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for tool, sz in [("ib_write_bw", 64 * KIB), ("ib_write_bw", MIB), ("ib_write_bw", 64), ("ib_read_bw", 64 * KIB),
+                     ("ib_send_bw", 64 * KIB)]:
+        for b in bk:
+            r = find(results, b, tool, sz)
+            if ok(r) and r.get("daemon_cpu_s_per_gb") is not None:
+                L.append("| %s | %s | %s | %.2f | %.2f + %.2f | %.2f | %.2f | %.2f |" % (
+                    tool, fmt_size(sz), io_label(b), r["gbps"], r["daemon_cpu_s"][0], r["daemon_cpu_s"][1],
+                    r["wall_s"], r["daemon_cpu_s_per_gb"], r["daemon_cpu_util"]))
+    if ok(tcp) and tcp.get("cpu_s_per_gb"):
+        L.append("| iperf3 (kernel TCP) | - | - | %.2f | | %.1f | %.2f | |" % (tcp["gbps"], tcp["seconds"],
+                                                                             tcp["cpu_s_per_gb"]))
+
+    if results.get("events"):
+        L.append("\n### Events\n")
+        for e in results["events"]:
+            L.append("- " + e["msg"])
+    return "\n".join(L) + "\n"
+
+
+def plots(results, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        return ["plots skipped: %s" % e]
+    made = []
+    refs = results["references"]
+    bk = backends(results)
+    sizes = results["settings"]["sizes"]
+    # bandwidth vs size
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for b, mk in zip(bk, "os^"):
+        xs, ys = [], []
+        for sz in sizes:
+            r = find(results, b, "ib_write_bw", sz)
+            if ok(r):
+                xs.append(sz)
+                ys.append(r["gbps"])
+        if xs:
+            ax.plot(xs, ys, marker=mk, label="MetaRoCE ib_write_bw, %s" % io_label(b))
+    styles = [("tcp", "kernel TCP (iperf3, 1 stream)", "k", "-"),
+              ("af_packet", "raw AF_PACKET 1514-B frames", "tab:blue", "--"),
+              ("af_xdp", "raw AF_XDP 1514-B frames", "tab:orange", "--")]
+    for k, label, color, ls in styles:
+        r = refs.get(k)
+        if ok(r):
+            ax.axhline(r["gbps"], color=color, linestyle=ls, linewidth=1, label="%s: %.1f" % (label, r["gbps"]))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([fmt_size(s) for s in sizes], rotation=30)
+    ax.set_xlabel("message size")
+    ax.set_ylabel("Gbit/s (average)")
+    ax.set_title("Bandwidth on one veth pair (same run)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    p = os.path.join(out, "bandwidth.png")
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    made.append(p)
+    # latency: round trips
+    labels, p50, p99 = [], [], []
+    udp = refs.get("udp")
+    if ok(udp):
+        labels.append("UDP socket\nping-pong")
+        p50.append(udp["rtt_p50_us"])
+        p99.append(udp["rtt_p99_us"])
+    for tool in ("ib_write_lat", "ib_send_lat"):
+        for b in bk:
+            r = find(results, b, tool, 8)
+            if ok(r):
+                labels.append("%s\n%s" % (tool, io_label(b)))
+                p50.append(2 * r["t_typical_us"])
+                p99.append(2 * r["t_p99_us"])
+    if labels:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        x = range(len(labels))
+        ax.bar([i - 0.2 for i in x], p50, width=0.4, label="typical / p50")
+        ax.bar([i + 0.2 for i in x], p99, width=0.4, label="p99")
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("round trip, us (perftest: 2 x reported one-way)")
+        ax.set_title("8-byte round trip (same run)")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        p = os.path.join(out, "latency.png")
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        made.append(p)
+    # impairments
+    rows = []
+    for r in results["impairments"]:
+        base = find(results, r["backend"], r["tool"], 64 * KIB)
+        if ok(r) and ok(base) and base["gbps"]:
+            rows.append(("%s %s\n%s" % (r["tool"].replace("ib_", "").replace("_bw", ""), io_label(r["backend"]),
+                                         r["condition"]), r["gbps"] / base["gbps"],
+                         r.get("impairment_applied") is not False))
+    if rows:
+        fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.7), 5))
+        ax.bar(range(len(rows)), [v for _, v, _ in rows],
+               color=["tab:green" if a else "lightgray" for _, _, a in rows])
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels([l for l, _, _ in rows], fontsize=6, rotation=60, ha="right")
+        ax.axhline(1.0, color="k", linewidth=0.8)
+        ax.set_ylabel("goodput retained (impaired / lossless)")
+        ax.set_title("64 KiB goodput under netem (gray: netem bypassed, not applied)")
+        fig.tight_layout()
+        p = os.path.join(out, "impairments.png")
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        made.append(p)
+    return made
+
+
+def write(results, out):
+    os.makedirs(out, exist_ok=True)
+    md = tables(results)
+    made = plots(results, out)
+    results["plots"] = [os.path.basename(p) if os.path.exists(p) else p for p in made]
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True, default=str)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("# MetaRoCE benchmark (tools/bench)\n\n")
+        f.write(md)
+        f.write("\nSettings: see results.json (`settings`); raw tool output in logs/.\n")
+        for p in results["plots"]:
+            f.write("\n![%s](%s)\n" % (p, p))
+    print("\n" + md)
+    print("wrote %s/results.md, results.json%s" % (out, "".join(", " + os.path.basename(p) for p in made)))
