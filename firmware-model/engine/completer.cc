@@ -191,7 +191,15 @@ void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
   }
   mark_chunks(*w, first, end);
   qp.sb.on_delivered(p.mbth.psn, c.now(), qp.rtt);  // the request evidently arrived
-  if (w->chunks_got == w->chunks_total) w->response_done = true;
+  if (w->chunks_got == w->chunks_total) {
+    w->response_done = true;
+    w->read_check = kNever;
+  } else if ((p.mbth.flags & proto::kFlagLast) && w->read_check == kNever) {
+    // The last response of a range is in but holes remain: unless they
+    // arrive within the paths' delay spread, re-issue them (no RTO wait).
+    w->read_check = c.now() + qp.rtt.reorder_window() + qp.rtt.spread();
+    qp.read_deadline = std::min(qp.read_deadline, w->read_check);
+  }
   on_progress(c, qp);
   drain(c, qp);
 }

@@ -85,7 +85,7 @@ void Core::qp_to_error(Qp& qp) {
   qp.rd_outstanding = 0;
   qp.reads.clear();
   qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
-  qp.tlp_deadline = kNever;
+  qp.tlp_deadline = qp.read_deadline = kNever;
   qp.pending_acks = 0;
 }
 
@@ -202,7 +202,7 @@ struct Engine::Impl {
     qp.next_recv_msn = qp.next_rd_msn = qp.rd_outstanding = 0;
     qp.credit = qp.retries = qp.backoff = 0;
     qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
-    qp.tlp_deadline = kNever;
+    qp.tlp_deadline = qp.read_deadline = kNever;
     qp.req_error = false;
     qp.reads.clear();
     qp.atomics = {};
@@ -300,6 +300,7 @@ struct Engine::Impl {
       }
     }
     if (qp.tlp_deadline <= now) requester::on_tlp(core, qp);
+    if (qp.read_deadline <= now) requester::on_read_check(core, qp);
     if (qp.rto_deadline <= now) requester::on_rto(core, qp);
     if (qp.sb.any_rnr() && qp.sb.next_rnr_release() <= now) {
       qp.sb.release_rnr(now);
@@ -314,7 +315,7 @@ struct Engine::Impl {
 
   Time deadline(const Qp& qp) const {
     Time t = std::min({qp.ack_deadline, qp.rack_deadline, qp.tlp_deadline, qp.rto_deadline,
-                       qp.pace_deadline});
+                       qp.pace_deadline, qp.read_deadline});
     if (qp.sb.any_rnr()) t = std::min(t, qp.sb.next_rnr_release());
     return t;
   }
@@ -523,6 +524,7 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
   w.started = w.all_sent = w.response_done = false;
   w.status = len > caps().max_msg_size ? WcStatus::kLocLenErr : WcStatus::kSuccess;
   w.chunks_got = 0;
+  w.read_check = kNever;
   w.chunks_total = wr.opcode == WrOpcode::kRdmaRead
                        ? std::max<uint32_t>(1, (w.length + kReadChunk - 1) / kReadChunk)
                        : 0;

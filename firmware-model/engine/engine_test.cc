@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <algorithm>
 #include <numeric>
 
 #include "firmware-model/engine/testing/fakes.h"
@@ -85,7 +86,7 @@ TEST_CASE("engine__send_write_read_atomics_end_to_end") {
 // Many messages of mixed kinds under 5% loss, 1% duplication, 0.1%
 // corruption and four paths of different delay; everything must arrive
 // intact and complete in order, for several seeds.
-void lossy_run(uint64_t seed, uint32_t max_len, int kinds = 3) {
+void lossy_run(uint64_t seed, uint32_t max_len, int kinds = 3, int msgs = 40) {
   EngineConfig cfg;
   cfg.base_rtt = 40'000;  // the bench's slowest path round trip
   Bench t(seed, cfg);
@@ -94,9 +95,9 @@ void lossy_run(uint64_t seed, uint32_t max_len, int kinds = 3) {
   t.corrupt = 0.001;
   t.path_delay = {4'000, 9'000, 15'000, 22'000};
   t.jitter = 3'000;
-  constexpr size_t kMem = 1 << 22;
+  const size_t kMem = std::max<size_t>(1 << 22, size_t{max_len} * 4);
   t.connect_pair(kMem);
-  const int kMsgs = 40;
+  const int kMsgs = msgs;
   uint64_t off = 0;
   struct Exp { WrOpcode op; uint64_t src, dst; uint32_t len; };
   std::vector<Exp> exp;
@@ -126,7 +127,7 @@ void lossy_run(uint64_t seed, uint32_t max_len, int kinds = 3) {
   bool ok = t.run([&] {
     for (auto& c : t.a.send_cq()) sc.push_back(c);
     for (auto& c : t.b.recv_cq()) rc.push_back(c);
-    return sc.size() == kMsgs;
+    return sc.size() == static_cast<size_t>(kMsgs);
   }, 60'000'000'000ull);
   INFO("seed " << seed << " delivered " << t.delivered << " dropped " << t.dropped);
   if (!ok) {
@@ -157,7 +158,7 @@ void lossy_run(uint64_t seed, uint32_t max_len, int kinds = 3) {
   if (kinds == 3) CHECK(rc.size() == (kMsgs + 2) / 3);
   for (size_t i = 1; i < rc.size(); ++i) CHECK(rc[i - 1].wr_id < rc[i].wr_id);
   const Counters& ca = t.a.engine->counters();
-  MESSAGE("seed " << seed << ": tx " << ca.tx_packets << " retx " << ca.tx_retransmits << " fast "
+  if (seed < 100) MESSAGE("seed " << seed << ": tx " << ca.tx_packets << " retx " << ca.tx_retransmits << " fast "
                   << ca.fast_retransmits << " rto " << ca.timeouts << " tlp " << ca.tail_loss_probes << " dup-rx "
                   << t.b.engine->counters().rx_drop_duplicate << " badcrc "
                   << t.b.engine->counters().rx_drop_bad_icrc + ca.rx_drop_bad_icrc);
@@ -166,6 +167,12 @@ void lossy_run(uint64_t seed, uint32_t max_len, int kinds = 3) {
 TEST_CASE("engine__lossy_multipath_small_messages") {
   for (uint64_t seed = 1; seed <= 5; ++seed) lossy_run(seed, 6000);
 }
+
+TEST_CASE("engine__lossy_multipath_many_seeds") {
+  for (uint64_t seed = 100; seed < 160; ++seed) lossy_run(seed, 20'000);
+}
+
+TEST_CASE("engine__lossy_multipath_4mib_messages") { lossy_run(41, 4u << 20, 3, 6); }
 
 TEST_CASE("engine__lossy_multipath_writes_only") { lossy_run(21, 200'000, 1); }
 

@@ -39,6 +39,7 @@ struct SendWqe {
   // READ: which 256-byte chunks of the message arrived.
   std::vector<uint64_t> chunks;
   uint32_t chunks_total = 0, chunks_got = 0;
+  Time read_check = kNever;  // READ: holes remain after a LAST response; re-issue then
   bool is_rd() const {
     return wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpSwap ||
            wr.opcode == WrOpcode::kAtomicFetchAdd;
@@ -107,6 +108,7 @@ struct Qp {
   Time rto_deadline = kNever;
   Time rack_deadline = kNever;
   Time tlp_deadline = kNever;  // tail loss probe (one per flight)
+  Time read_deadline = kNever;  // earliest SendWqe::read_check
   Time pace_deadline = kNever;
   bool req_error = false;  // a WQE failed: start nothing new
   bool sq_drained_reported = false;
@@ -193,6 +195,9 @@ void on_rto(Core& c, Qp& qp);
 // Tail loss probe timer: armed on sends and progress, fires before the RTO.
 void arm_tlp(Core& c, Qp& qp);
 void on_tlp(Core& c, Qp& qp);
+// READs whose last response arrived with holes: re-issue the holes now
+// (before the RTO) once responses still in flight on slower paths had time.
+void on_read_check(Core& c, Qp& qp);
 // (Re)arms the retransmission timer from the current state.
 void arm_rto(Core& c, Qp& qp, bool restart);
 bool has_work(const Qp& qp);

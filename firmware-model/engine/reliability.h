@@ -65,6 +65,7 @@ class RttEstimator {
   Time srtt() const { return srtt_; }
   Time rttvar() const { return rttvar_; }
   Time min_rtt() const { return min_rtt_; }
+  Time spread() const { return max_rtt_ - min_rtt_; }  // delay spread between paths
   // The retransmission timeout before backoff.
   Time rto() const;
   // RACK reordering window on top of the expected delivery time.

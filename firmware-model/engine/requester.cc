@@ -323,6 +323,25 @@ void resend_atomic(Core& c, Qp& qp, uint32_t seq) {
 
 }  // namespace
 
+void on_read_check(Core& c, Qp& qp) {
+  Time now = c.now();
+  qp.read_deadline = kNever;
+  if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return;
+  for (uint32_t seq = qp.sq_head; seq != qp.sq_next; ++seq) {
+    SendWqe& w = qp.sqe(seq);
+    if (w.read_check == kNever || w.response_done || w.wr.opcode != WrOpcode::kRdmaRead) continue;
+    if (w.read_check > now) {
+      qp.read_deadline = std::min(qp.read_deadline, w.read_check);
+      continue;
+    }
+    w.read_check = kNever;
+    uint64_t before = qp.counters.tx_retransmits;
+    reissue_read(c, qp, seq);
+    c.bump(&qp, &Counters::fast_retransmits, qp.counters.tx_retransmits - before);
+  }
+  arm_rto(c, qp, false);
+}
+
 void on_rto(Core& c, Qp& qp) {
   qp.rto_deadline = kNever;
   if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return;
