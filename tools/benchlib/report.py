@@ -51,6 +51,13 @@ def find(results, backend, tool, size, condition="lossless"):
     return None
 
 
+def baseline(results, backend, tool, size):
+    """Mean lossless goodput: the sweep's run and the repeat before the impaired runs."""
+    g = [r["gbps"] for r in (find(results, backend, tool, size), find(results, backend, tool, size, "lossless (repeat)"))
+         if ok(r)]
+    return sum(g) / len(g) if g else None
+
+
 def backends(results):
     return results["settings"]["backends"]
 
@@ -131,34 +138,38 @@ def tables(results):
                 L.append("| %s | %s | %s | | | | | |" % (tool, io_label(b), cell_fail(r)))
 
     # -------- impairments
-    L.append("\n### Goodput under netem (64 KiB messages; netem on both veth ends; retained = impaired / lossless, "
-             "same test and backend)\n")
-    L.append("| condition | test |" + "".join(" %s Gbit/s | retained | netem drops |" % io_label(b) for b in bk))
+    L.append("\n### Goodput under impairment (64 KiB messages, both veth ends; retained = impaired / lossless, "
+             "same test, backend and run, lossless = mean of the sweep's run and the repeat; drops = frames the impairment dropped / frames both ends sent)\n")
+    L.append("| condition | test |" + "".join(" %s Gbit/s | retained | drops |" % io_label(b) for b in bk))
     L.append("| --- | --- |" + " --- | --- | --- |" * len(bk))
     conds = []
     for r in results["impairments"]:
         key = (r["condition"], r["tool"])
         if key not in conds:
             conds.append(key)
-    notes = []
+    notes, hows = [], []
     for cond, tool in conds:
         cells = []
         for b in bk:
             r = find(results, b, tool, 64 * KIB, cond)
-            base = find(results, b, tool, 64 * KIB)
+            base_g = baseline(results, b, tool, 64 * KIB)
+            if r and r.get("impairment") and r["impairment"] not in hows:
+                hows.append(r["impairment"])
             if ok(r):
-                q = r.get("qdisc") or {}
-                drops = sum((v or {}).get("dropped", 0) for v in q.values())
-                pk = sum((v or {}).get("pkts", 0) for v in q.values())
                 g = f2(r["gbps"])
                 if r.get("impairment_applied") is False:
-                    g += " (not applied*)"
+                    g += " (not applied\\*)"
                     notes.append(r.get("note", ""))
-                cells += [g, f2(ratio(r["gbps"], base.get("gbps") if ok(base) else None)),
-                          "%d of %d" % (drops, pk + drops)]
+                drops = "-" if cond.startswith("lossless") else "%s / %s" % (r.get("impaired_drops", "?"),
+                                                                                r.get("link_tx_frames", "?"))
+                cells += [g, f2(ratio(r["gbps"], base_g)), drops]
+            elif r is not None and r.get("status") == "skipped":
+                cells += ["skipped: " + r.get("reason", ""), "-", "-"]
             else:
                 cells += [cell_fail(r), "-", "-"]
         L.append("| %s | %s | %s |" % (cond, tool, " | ".join(cells)))
+    if hows:
+        L.append("\nImpairments as applied: " + "; ".join("`%s`" % h for h in hows) + ".")
     if notes:
         L.append("\n\\* " + notes[0])
 
@@ -262,10 +273,10 @@ def plots(results, out):
     # impairments
     rows = []
     for r in results["impairments"]:
-        base = find(results, r["backend"], r["tool"], 64 * KIB)
-        if ok(r) and ok(base) and base["gbps"]:
+        base_g = baseline(results, r["backend"], r["tool"], 64 * KIB)
+        if ok(r) and base_g:
             rows.append(("%s %s\n%s" % (r["tool"].replace("ib_", "").replace("_bw", ""), io_label(r["backend"]),
-                                         r["condition"]), r["gbps"] / base["gbps"],
+                                         r["condition"]), r["gbps"] / base_g,
                          r.get("impairment_applied") is not False))
     if rows:
         fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.7), 5))
