@@ -43,7 +43,7 @@ std::string describe(const proto::Packet& p) {
 }
 
 void FakePort::send(const OutPacket& o) {
-  std::string what = describe(o.packet);
+  std::string what = describe_packets ? describe(o.packet) : std::string();
   if (keep_log) log.push_back("tx " + what);
   proto::FrameHeaders h;
   h.src_ip = o.src_ip;
@@ -58,9 +58,11 @@ void FakePort::send(const OutPacket& o) {
   f.path = o.packet.mbth.path_id;
   f.what = std::move(what);
   outbox.push_back(std::move(f));
-  OutPacket hdr = o;
-  hdr.packet.payload = {};
-  raw.push_back(hdr);
+  if (keep_log) {
+    OutPacket hdr = o;
+    hdr.packet.payload = {};
+    raw.push_back(hdr);
+  }
 }
 
 Node::Node(FakeClock& c, uint32_t ipv4, uint64_t seed, const EngineConfig& cfg0)

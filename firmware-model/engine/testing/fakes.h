@@ -97,6 +97,7 @@ class FakePort : public PacketPortInterface {
   void send(const OutPacket& o) override;
   std::vector<std::string> log;  // describe() of every packet sent
   bool keep_log = true;
+  bool describe_packets = true;  // false: no strings at all (benchmarks)
   struct Frame {
     std::vector<uint8_t> bytes;
     uint8_t path;
