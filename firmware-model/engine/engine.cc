@@ -4,6 +4,7 @@
 #include "firmware-model/engine/engine.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -148,6 +149,7 @@ struct Engine::Impl {
       : core(cfg, hal), pds(cfg.caps.max_pd), cqs(cfg.caps.max_cq) {}
 
   Core core;
+  bool busy = false;  // inside an entry point (reentrancy check)
   Table<Pd> pds;
   Table<Cq> cqs;
   std::vector<std::unique_ptr<Qp>> qps;  // by QPN index
@@ -341,10 +343,29 @@ struct Engine::Impl {
   }
 };
 
+namespace {
+// docs/firmware-hal.md: a host must not call into the engine from inside a
+// HAL callback (the engine is mid-update then). Caught in debug builds.
+class EntryGuard {
+ public:
+  explicit EntryGuard(bool& busy) : busy_(busy) {
+    assert(!busy_ && "Engine entered from inside a HAL callback");
+    busy_ = true;
+  }
+  ~EntryGuard() { busy_ = false; }
+  EntryGuard(const EntryGuard&) = delete;
+  EntryGuard& operator=(const EntryGuard&) = delete;
+
+ private:
+  bool& busy_;
+};
+}  // namespace
+
 Engine::Engine(const EngineConfig& config, Hal hal) : impl_(std::make_unique<Impl>(config, hal)) {}
 Engine::~Engine() = default;
 
 void Engine::set_port(const PortInfo& port) {
+  EntryGuard guard(impl_->busy);
   impl_->core.config().port = port;
   impl_->core.hal().events.async_event(port.active ? EventType::kPortActive : EventType::kPortErr, 1);
 }
@@ -352,6 +373,7 @@ const PortInfo& Engine::port() const { return impl_->core.config().port; }
 const DeviceCaps& Engine::caps() const { return impl_->core.config().caps; }
 
 int Engine::create_pd(OwnerId owner, uint32_t* pdn) {
+  EntryGuard guard(impl_->busy);
   uint32_t h = impl_->pds.add(Pd{owner, 0});
   if (!h) return ENOMEM;
   *pdn = h;
@@ -359,6 +381,7 @@ int Engine::create_pd(OwnerId owner, uint32_t* pdn) {
 }
 
 int Engine::destroy_pd(OwnerId owner, uint32_t pdn) {
+  EntryGuard guard(impl_->busy);
   Pd* pd = nullptr;
   if (int e = Impl::owned(impl_->pds, owner, pdn, &pd)) return e;
   if (pd->refs) return EBUSY;
@@ -368,6 +391,7 @@ int Engine::destroy_pd(OwnerId owner, uint32_t pdn) {
 
 int Engine::reg_mr(OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length, uint32_t access,
                    MrKeys* keys) {
+  EntryGuard guard(impl_->busy);
   Pd* pd = nullptr;
   if (int e = Impl::owned(impl_->pds, owner, pdn, &pd)) return e;
   if (length > caps().max_mr_size) return EINVAL;
@@ -378,6 +402,7 @@ int Engine::reg_mr(OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length, 
 }
 
 int Engine::dereg_mr(OwnerId owner, uint32_t lkey) {
+  EntryGuard guard(impl_->busy);
   uint32_t pdn = 0;
   if (int e = impl_->core.mrs().dereg(owner, lkey, &pdn)) return e;
   if (Pd* pd = impl_->pds.get(pdn)) --pd->refs;
@@ -385,6 +410,7 @@ int Engine::dereg_mr(OwnerId owner, uint32_t lkey) {
 }
 
 int Engine::create_cq(OwnerId owner, uint32_t cqe, uint32_t* cqn) {
+  EntryGuard guard(impl_->busy);
   if (cqe == 0 || cqe > caps().max_cqe) return EINVAL;
   uint32_t h = impl_->cqs.add(Cq{owner, cqe, 0, false});
   if (!h) return ENOMEM;
@@ -393,6 +419,7 @@ int Engine::create_cq(OwnerId owner, uint32_t cqe, uint32_t* cqn) {
 }
 
 int Engine::destroy_cq(OwnerId owner, uint32_t cqn) {
+  EntryGuard guard(impl_->busy);
   Cq* cq = nullptr;
   if (int e = Impl::owned(impl_->cqs, owner, cqn, &cq)) return e;
   if (cq->refs) return EBUSY;
@@ -401,6 +428,7 @@ int Engine::destroy_cq(OwnerId owner, uint32_t cqn) {
 }
 
 int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCap* actual_cap) {
+  EntryGuard guard(impl_->busy);
   Impl& m = *impl_;
   Pd* pd = nullptr;
   Cq *scq = nullptr, *rcq = nullptr;
@@ -445,6 +473,7 @@ int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCa
 }
 
 int Engine::modify_qp(OwnerId owner, uint32_t qpn, const QpAttr& attr, uint32_t attr_mask) {
+  EntryGuard guard(impl_->busy);
   Qp* qp = nullptr;
   if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
   QpState next;
@@ -470,6 +499,7 @@ int Engine::query_qp(OwnerId owner, uint32_t qpn, QpAttr* attr, QpInitAttr* init
 }
 
 int Engine::destroy_qp(OwnerId owner, uint32_t qpn) {
+  EntryGuard guard(impl_->busy);
   Qp* qp = nullptr;
   if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
   impl_->destroy(*qp);
@@ -477,6 +507,7 @@ int Engine::destroy_qp(OwnerId owner, uint32_t qpn) {
 }
 
 void Engine::destroy_owner(OwnerId owner) {
+  EntryGuard guard(impl_->busy);
   Impl& m = *impl_;
   for (auto& q : m.qps)
     if (q && q->owner == owner) m.destroy(*q);  // no completions: its CQs die too
@@ -490,6 +521,7 @@ void Engine::destroy_owner(OwnerId owner) {
 }
 
 int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
+  EntryGuard guard(impl_->busy);
   Qp* qp = nullptr;
   if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
   if (qp->state != QpState::kRts && qp->state != QpState::kSqd && qp->state != QpState::kErr)
@@ -535,6 +567,7 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
 }
 
 int Engine::post_recv(OwnerId owner, uint32_t qpn, const RecvWr& wr) {
+  EntryGuard guard(impl_->busy);
   Qp* qp = nullptr;
   if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
   if (qp->state == QpState::kReset) return EINVAL;
@@ -559,6 +592,7 @@ int Engine::post_recv(OwnerId owner, uint32_t qpn, const RecvWr& wr) {
 }
 
 void Engine::on_frame(std::span<const uint8_t> frame) {
+  EntryGuard guard(impl_->busy);
   Impl& m = *impl_;
   Core& c = m.core;
   c.bump(nullptr, &Counters::rx_packets);
@@ -613,6 +647,7 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
 }
 
 void Engine::on_timer() {
+  EntryGuard guard(impl_->busy);
   Impl& m = *impl_;
   Time now = m.core.now();
   for (auto& q : m.qps)
@@ -629,6 +664,7 @@ Time Engine::next_deadline() const {
 }
 
 void Engine::pump() {
+  EntryGuard guard(impl_->busy);
   impl_->pump();
   impl_->settle();
 }

@@ -159,6 +159,19 @@ TEST_CASE("requester__bad_lkey_completes_loc_prot_err_without_sending") {
   CHECK(t.a.engine->counters().local_errors == 1);
 }
 
+TEST_CASE("requester__message_above_max_msg_size_is_loc_len_err") {
+  EngineConfig cfg;
+  cfg.caps.max_msg_size = 1000;
+  Bench t(1, cfg);
+  t.connect_pair();
+  REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 1, 0, 1001)) == 0);
+  t.a.engine->pump();
+  CHECK(t.a.port.log.empty());
+  auto sc = t.a.send_cq();
+  REQUIRE(sc.size() == 1);
+  CHECK(std::string(status_name(sc[0].status)) == "LOC_LEN_ERR");
+}
+
 TEST_CASE("requester__read_into_buffer_without_local_write_is_loc_prot_err") {
   Bench t;
   constexpr uint32_t kAll =

@@ -345,7 +345,7 @@ void on_request(Core& c, Qp& qp, const proto::Frame& f) {
   Req r{f.packet, f.headers.ecn == 0b11};
   if (r.ce) {
     c.bump(&qp, &Counters::ecn_marks_seen);
-    ++qp.ce_count;
+    if (qp.ce_count < UINT16_MAX) ++qp.ce_count;  // saturates (protocol.md §3.7)
   }
   State s = State::kCheckState;
   while (s != State::kDone) s = step(c, qp, r, s);

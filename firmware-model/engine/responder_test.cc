@@ -306,6 +306,24 @@ TEST_CASE("responder__acks_carry_cum_sack_and_echo") {
   CHECK(t.a.engine->counters().fast_retransmits + t.a.engine->counters().timeouts >= 1);
 }
 
+TEST_CASE("responder__ce_marks_are_counted_and_reported_in_acks") {
+  Bench t;
+  t.connect_pair();
+  t.a.port.ecn = 0b11;  // every request arrives CE-marked
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 3000)) == 0);
+  run_until_send_cq(t, 1);
+  CHECK(t.b.engine->counters().ecn_marks_seen == 3);
+  uint32_t ce_total = 0;
+  bool flagged = false;
+  for (auto& o : t.b.port.raw) {
+    if (o.packet.mbth.opcode != proto::Opcode::kAck) continue;
+    ce_total += o.packet.ack.ce_count;
+    flagged = flagged || (o.packet.ack.ack_flags & 1);
+  }
+  CHECK(ce_total == 3);
+  CHECK(flagged);
+}
+
 TEST_CASE("responder__garbage_and_unknown_qp_are_counted") {
   Bench t;
   t.connect_pair();

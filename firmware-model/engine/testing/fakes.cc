@@ -51,6 +51,7 @@ void FakePort::send(const OutPacket& o) {
   h.src_port = o.src_port;
   h.dscp = o.dscp;
   h.ttl = o.ttl;
+  h.ecn = ecn;
   Frame f;
   f.bytes.resize(proto::encap_length(h) + proto::transport_length(o.packet));
   size_t n = proto::build_frame(h, o.packet, f.bytes);

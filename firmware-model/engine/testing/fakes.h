@@ -98,6 +98,7 @@ class FakePort : public PacketPortInterface {
   std::vector<std::string> log;  // describe() of every packet sent
   bool keep_log = true;
   bool describe_packets = true;  // false: no strings at all (benchmarks)
+  uint8_t ecn = 0b10;            // IP ECN bits of built frames (0b11 = CE)
   struct Frame {
     std::vector<uint8_t> bytes;
     uint8_t path;
