@@ -1,0 +1,23 @@
+// tc programs for tests/daemon/daemon_e2e_test.sh: this kernel has no
+// sch_netem, so loss and reordering are made from what it has. Compiled by
+// the test at run time: clang -O2 -target bpf -DDROP=<u32> -DSLOW=<u32>.
+//   sec "tc_drop": clsact egress, direct action: drops a frame with
+//               probability DROP / 2^32.
+//   sec "tc_lane": classifier of an htb root with a fast class 1:10 and a
+//               rate-limited class 1:20; sends a frame to 1:20 with
+//               probability SLOW / 2^32, so it leaves after frames queued
+//               behind it in 1:10: reordering (and some delay).
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+
+static unsigned int (*bpf_get_prandom_u32)(void) = (void *)BPF_FUNC_get_prandom_u32;
+
+__attribute__((section("tc_drop"), used)) int drop(struct __sk_buff *skb) {
+  return bpf_get_prandom_u32() < DROP ? TC_ACT_SHOT : TC_ACT_OK;
+}
+
+__attribute__((section("tc_lane"), used)) int lane(struct __sk_buff *skb) {
+  return bpf_get_prandom_u32() < SLOW ? 0x10020 : 0x10010;
+}
+
+char _license[] __attribute__((section("license"), used)) = "GPL";
