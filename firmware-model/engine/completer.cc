@@ -89,6 +89,20 @@ void on_progress(Core& c, Qp& qp) {
   c.activate(qp);
 }
 
+// The responder sends an atomic's response just before the ACK of its PSN:
+// once the PSN is delivered, a response that has not come within the
+// reorder window and the paths' spread was lost. Resend the request then
+// (the responder replays its cached result) instead of waiting for the RTO.
+void watch_atomic_responses(Core& c, Qp& qp) {
+  for (uint32_t seq = qp.sq_head; seq != qp.sq_next; ++seq) {
+    SendWqe& w = qp.sqe(seq);
+    if (!w.is_rd() || w.wr.opcode == WrOpcode::kRdmaRead || w.response_done) continue;
+    if (w.read_check != kNever || !w.all_sent || !qp.sb.delivered(w.max_psn)) continue;
+    w.read_check = c.now() + qp.rtt.reorder_window() + qp.rtt.spread();
+    qp.read_deadline = std::min(qp.read_deadline, w.read_check);
+  }
+}
+
 void on_ack(Core& c, Qp& qp, const proto::Frame& f) {
   const proto::Ackh& a = f.packet.ack;
   Time now = c.now();
@@ -114,8 +128,12 @@ void on_ack(Core& c, Qp& qp, const proto::Frame& f) {
     for (uint8_t p : lost_paths) qp.paths->on_loss(p, now);
     qp.rtt.on_recovery();
   }
-  if (out.progress) on_progress(c, qp);
-  else requester::arm_rto(c, qp, false);
+  if (out.progress) {
+    on_progress(c, qp);
+    if (qp.rd_outstanding) watch_atomic_responses(c, qp);
+  } else {
+    requester::arm_rto(c, qp, false);
+  }
   drain(c, qp);
   c.activate(qp);
 }

@@ -329,14 +329,15 @@ void on_read_check(Core& c, Qp& qp) {
   if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return;
   for (uint32_t seq = qp.sq_head; seq != qp.sq_next; ++seq) {
     SendWqe& w = qp.sqe(seq);
-    if (w.read_check == kNever || w.response_done || w.wr.opcode != WrOpcode::kRdmaRead) continue;
+    if (w.read_check == kNever || w.response_done || !w.is_rd()) continue;
     if (w.read_check > now) {
       qp.read_deadline = std::min(qp.read_deadline, w.read_check);
       continue;
     }
     w.read_check = kNever;
     uint64_t before = qp.counters.tx_retransmits;
-    reissue_read(c, qp, seq);
+    if (w.wr.opcode == WrOpcode::kRdmaRead) reissue_read(c, qp, seq);
+    else resend_atomic(c, qp, seq);
     c.bump(&qp, &Counters::fast_retransmits, qp.counters.tx_retransmits - before);
   }
   arm_rto(c, qp, false);
