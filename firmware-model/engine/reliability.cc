@@ -112,7 +112,8 @@ Time RttEstimator::expected_ack(uint8_t path) const {
 
 // ---------------- SendScoreboard ----------------
 
-SendScoreboard::SendScoreboard() : ring_(1024), mask_(1023), lost_(1024) {}
+// Small at first (a QP costs ~4 KiB here); both rings double as needed.
+SendScoreboard::SendScoreboard() : ring_(64), mask_(63), lost_(64) {}
 
 void SendScoreboard::reset(uint32_t psn) {
   for (auto& e : ring_) e = TxEntry{};
