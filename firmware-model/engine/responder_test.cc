@@ -324,6 +324,31 @@ TEST_CASE("responder__ce_marks_are_counted_and_reported_in_acks") {
   CHECK(flagged);
 }
 
+TEST_CASE("responder__probe_is_answered_to_the_prober_on_the_same_path") {
+  Bench t;
+  t.connect_pair();
+  proto::Packet p;
+  p.mbth.opcode = proto::Opcode::kProbe;
+  p.mbth.dest_qpn = t.b.qpn;
+  p.mbth.path_id = 3;
+  p.mbth.timestamp = 777;
+  p.probe.nonce = 0xBEEF;
+  proto::FrameHeaders h;
+  h.src_ip = t.a.ip;
+  h.dst_ip = t.b.ip;
+  std::vector<uint8_t> frame(200);
+  frame.resize(proto::build_frame(h, p, frame));
+  t.b.engine->on_frame(frame);
+  REQUIRE(t.b.port.raw.size() == 1);
+  const OutPacket& r = t.b.port.raw[0];
+  CHECK(r.packet.mbth.opcode == proto::Opcode::kProbeReply);
+  CHECK(r.packet.mbth.dest_qpn == t.a.qpn);
+  CHECK(r.packet.mbth.path_id == 3);
+  CHECK(r.packet.probe.nonce == 0xBEEF);
+  CHECK(r.packet.probe.echo_ts == 777);
+  CHECK(r.dst_ip == t.a.ip);
+}
+
 TEST_CASE("responder__garbage_and_unknown_qp_are_counted") {
   Bench t;
   t.connect_pair();
