@@ -15,6 +15,7 @@
 #   - a daemon stopped with SIGTERM removes its sysfs tree and dev node.
 # Needs root; skips with a reason otherwise.
 set -u
+export PATH=$PATH:/usr/sbin:/sbin  # tc, under Bazel's strict action env
 here=$(cd "$(dirname "$0")" && pwd)
 top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}
 top=${top:-$(cd "$here/../.." && pwd)}
@@ -130,7 +131,8 @@ impair_on() {  # ns ifname loss% slow%
   ip netns exec "$ns" tc filter add dev "$ifn" egress bpf da obj "$obj" sec tc_drop &&
   ip netns exec "$ns" tc qdisc add dev "$ifn" root handle 1: htb default 10 r2q 1000 &&
   ip netns exec "$ns" tc class add dev "$ifn" parent 1: classid 1:10 htb rate 20gbit &&
-  ip netns exec "$ns" tc class add dev "$ifn" parent 1: classid 1:20 htb rate 300mbit ceil 300mbit &&
+  ip netns exec "$ns" tc class add dev "$ifn" parent 1: classid 1:20 htb rate 1gbit ceil 1gbit &&
+  ip netns exec "$ns" tc qdisc add dev "$ifn" parent 1:20 handle 20: pfifo limit 40 &&
   ip netns exec "$ns" tc filter add dev "$ifn" parent 1: bpf obj "$obj" sec tc_lane
 }
 impair_off() {  # ns ifname
@@ -176,7 +178,7 @@ case_traffic_impaired() {  # xdp|packet
   echo "impairment: $drops of $tx frames dropped, $slow sent through the slow (reordering) lane"
   show_counters a b
   ra=$(( $(counter a tx_retransmits) - ra )); rb=$(( $(counter b tx_retransmits) - rb ))
-  echo "retransmits during the impaired run: daemon a $ra, daemon b $rb"
+  echo "retransmits during the impaired run: daemon a $ra, daemon b $rb (for $drops frames dropped)"
   [ $rc = 0 ] || e2e_fail "traffic under loss and reordering failed"
   if [ $(( drops * 200 )) -lt "$tx" ]; then  # under 0.5 %: the hooks never saw the frames
     [ "$1" = xdp ] && e2e_skip "impairment not applied ($drops of $tx frames dropped): AF_XDP" \
@@ -204,7 +206,7 @@ case_kill_client() {
   # A simple command (no function, no subshell): $! is the program itself,
   # since `ip netns exec` and env exec it.
   ip netns exec "$MROCE_NS_B" env SYSFS_PATH="$MROCE_SYSFS_B" "${TOOL_ENV[@]}" "$TRAFFIC" client \
-    "$MROCE_IP_A" --dev "$MROCE_DEV_B" --port "$PORT" --mode stream --max-size 4194304 \
+    "$MROCE_IP_A" --dev "$MROCE_DEV_B" --port "$PORT" --mode stream \
     --ready-file "$ready" >"$WORK/victim.log" 2>&1 &
   cpid=$!; e2e_track_pid "$cpid"
   for _ in $(seq 1 200); do [ -e "$ready" ] && break; sleep 0.1; done
@@ -219,8 +221,11 @@ case_kill_client() {
   wait "$spid" || rc=$?
   t1=$(date +%s.%N)
   echo "== survivor"; cat "$WORK/survivor.log"; echo "== victim"; cat "$WORK/victim.log"
-  echo "survivor finished $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}') s after the kill"
+  echo "survivor finished $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}') s after the kill"
   [ $rc = 0 ] || e2e_fail "survivor exit $rc: no error completion"
+  local err_at; err_at=$(sed -n 's/^error completion:.* at realtime \([0-9.]*\)$/\1/p' "$WORK/survivor.log")
+  echo "survivor's error completion came $(awk -v a="$t0" -v b="$err_at" 'BEGIN {printf "%.3f", b - a}') s after the kill"
+  awk -v a="$t0" -v b="$err_at" 'BEGIN {exit !(b >= a)}' || e2e_fail "the survivor failed BEFORE the kill"
   grep -q "^error completion: transport retry counter exceeded" "$WORK/survivor.log" ||
     e2e_fail "survivor's first error is not IBV_WC_RETRY_EXC_ERR"
   awk -v a="$t0" -v b="$t1" 'BEGIN {exit !(b - a < 30)}' || e2e_fail "survivor took over 30 s to fail"

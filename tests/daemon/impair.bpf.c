@@ -6,7 +6,9 @@
 //   sec "tc_lane": classifier of an htb root with a fast class 1:10 and a
 //               rate-limited class 1:20; sends a frame to 1:20 with
 //               probability SLOW / 2^32, so it leaves after frames queued
-//               behind it in 1:10: reordering (and some delay).
+//               behind it in 1:10: reordering. The test gives 1:20 1 Gbit/s
+//               and a 40-frame pfifo: at most ~0.5 ms of extra delay
+//               (overflow adds to the loss).
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 

@@ -626,9 +626,13 @@ int run_stream(Host *h, const Options &o) {
     ibv_wc wc = poll_one(h, forever, "a streamed request");
     done++;
     if (wc.status != IBV_WC_SUCCESS) {
-      printf("error completion: %s (status %d, vendor_err %u) after %llu requests, %.3f s of stream\n",
+      timespec rt;
+      clock_gettime(CLOCK_REALTIME, &rt);
+      printf("error completion: %s (status %d, vendor_err %u) after %llu requests, %.3f s of stream,"
+             " at realtime %lld.%06ld\n",
              ibv_wc_status_str(wc.status), wc.status, wc.vendor_err,
-             static_cast<unsigned long long>(done), now_s() - t0);
+             static_cast<unsigned long long>(done), now_s() - t0, static_cast<long long>(rt.tv_sec),
+             rt.tv_nsec / 1000);
       return 0;
     }
     if (!ready && done >= 32) {
