@@ -222,6 +222,21 @@ TEST_CASE("requester__peer_never_answers_retry_exceeded_after_retry_cnt") {
   CHECK(a.qp_state == QpState::kErr);
 }
 
+TEST_CASE("requester__timeout_zero_never_exhausts_retries") {
+  Bench t;
+  t.connect_pair(1 << 16, /*timeout=*/0, /*retry_cnt=*/1);
+  t.filter = [](const std::string&, bool from_a) { return !from_a; };
+  REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 1, 0, 10)) == 0);
+  t.run([] { return false; }, 20'000'000'000ull);
+  CHECK(t.a.send_cq().empty());
+  CHECK(t.a.engine->counters().timeouts >= 10);
+  QpAttr a;
+  REQUIRE(t.a.engine->query_qp(Node::kOwner, t.a.qpn, &a, nullptr) == 0);
+  CHECK(a.qp_state == QpState::kRts);
+  // Backoff is capped at 1 s: the retransmissions keep coming.
+  CHECK(t.a.engine->next_deadline() <= t.clock.t + 1'000'000'000);
+}
+
 TEST_CASE("requester__retries_reset_by_progress") {
   // Drop every data packet's first transmission: each needs one timeout or
   // fast retransmit, but progress in between keeps retry_cnt = 1 enough.
