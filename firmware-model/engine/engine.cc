@@ -90,10 +90,6 @@ void Core::qp_to_error(Qp& qp) {
   qp.pending_acks = 0;
 }
 
-bool wqe_complete(const Qp& qp, const SendWqe& w) {
-  return w.status != WcStatus::kSuccess || (w.wr.send_flags & kSendSignaled) || qp.init.sq_sig_all;
-}
-
 namespace {
 
 // Walks an SGL from message offset `offset`, calling f(addr, span index, n).

@@ -156,7 +156,7 @@ class Core {
   // Sends a packet of qp on path (fills addresses and entropy).
   void send(Qp& qp, const proto::Packet& p, uint8_t path);
   // Posts a completion; a full CQ is counted and its error handled at the
-  // end of the current engine entry point (flush_deferred).
+  // end of the current engine entry point (Engine::Impl::settle).
   void complete(Qp& qp, uint32_t cqn, const Completion& wc);
   // Moves qp to ERR: flushes SQ and RQ in order, clears transport state.
   void qp_to_error(Qp& qp);
@@ -176,9 +176,6 @@ class Core {
   std::vector<Qp*> active_;
   std::vector<uint32_t> overflowed_cqs_;
 };
-
-// Signalling rule: errors always, success only when asked.
-bool wqe_complete(const Qp& qp, const SendWqe& w);
 
 // Gathers/scatters message bytes [offset, offset+dst.size()) through an SGL.
 bool sgl_read(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
