@@ -553,6 +553,7 @@ int Device::op_query_counters(Client& c, const Request& r, Reply* out) {
     add("dma_write_calls", s.write_calls);
     add("dma_write_bytes", s.write_bytes);
     add("dma_faults", s.faults);
+    add("dma_write_in_place", s.write_in_place);
     if (io_) {
       io::IoStats io = io_->stats();
       add("io_rx_frames", io.rx_frames);
@@ -622,20 +623,30 @@ int Device::poll_once() {
 
 int Device::poll_rx() {
   int total = 0;
-  // Frames this device sent to its own addresses (loopback QPs).
-  while (!loopback_.empty()) {
-    std::vector<uint8_t> frame = std::move(loopback_.front());
+  // Frames this device sent to its own addresses (loopback QPs). Payload is
+  // written to memory straight from the frame, so frames live until the
+  // DMA flush below.
+  std::vector<std::vector<uint8_t>> done;
+  while (!loopback_.empty() && total < 256) {
+    done.push_back(std::move(loopback_.front()));
     loopback_.pop_front();
+    const std::vector<uint8_t>& frame = done.back();
+    dma_.set_stable_source(frame.data(), frame.size());
     engine_->on_frame(frame);
     total++;
-    if (total >= 256) break;
   }
-  if (!io_) return total;
-  int n = io_->rx_burst(rx_batch_);
-  if (n <= 0) return total;
-  for (int i = 0; i < n; i++) engine_->on_frame({rx_batch_[i].data, rx_batch_[i].len});
-  io_->rx_release();
-  return total + n;
+  int n = io_ ? io_->rx_burst(rx_batch_) : 0;
+  for (int i = 0; i < n; i++) {
+    dma_.set_stable_source(rx_batch_[i].data, rx_batch_[i].len);
+    engine_->on_frame({rx_batch_[i].data, rx_batch_[i].len});
+  }
+  dma_.set_stable_source(nullptr, 0);
+  if (total + std::max(n, 0) > 0) dma_.flush();  // before the frames' memory is reused
+  if (n > 0) {
+    io_->rx_release();
+    total += n;
+  }
+  return total;
 }
 
 int Device::poll_rings() {

@@ -63,19 +63,33 @@ bool ProcessDma::write(fw::OwnerId owner, uint64_t addr, std::span<const uint8_t
       addr < win->second.base + win->second.len && addr + src.size() > win->second.base) {
     win->second.len = 0;
   }
-  // Coalesce with the previous segment when contiguous (in-order packets).
+  bool stable = stable_base_ && src.data() >= stable_base_ &&
+                src.data() + src.size() <= stable_base_ + stable_len_;
+  // Coalesce with the previous segment when both sides are contiguous
+  // (in-order packets of one message).
   if (!w.remote.empty()) {
     iovec& last = w.remote.back();
-    if (reinterpret_cast<uint64_t>(last.iov_base) + last.iov_len == addr) {
-      w.staging.insert(w.staging.end(), src.begin(), src.end());
+    Segment& seg = w.segments.back();
+    bool remote_next = reinterpret_cast<uint64_t>(last.iov_base) + last.iov_len == addr;
+    bool local_next = stable ? seg.ptr && seg.ptr + last.iov_len == src.data()
+                             : !seg.ptr && seg.offset + last.iov_len == w.staging.size();
+    if (remote_next && local_next) {
+      if (!stable) w.staging.insert(w.staging.end(), src.begin(), src.end());
       last.iov_len += src.size();
+      w.bytes += src.size();
       return true;
     }
   }
   if (w.remote.size() == kMaxIov && !flush_owner(owner, w)) return false;
-  w.offsets.push_back(w.staging.size());
-  w.staging.insert(w.staging.end(), src.begin(), src.end());
+  if (stable) {
+    w.segments.push_back({src.data(), 0});
+    stats_.write_in_place++;
+  } else {
+    w.segments.push_back({nullptr, w.staging.size()});
+    w.staging.insert(w.staging.end(), src.begin(), src.end());
+  }
   w.remote.push_back({reinterpret_cast<void*>(addr), src.size()});
+  w.bytes += src.size();
   return true;
 }
 
@@ -83,9 +97,11 @@ bool ProcessDma::flush_owner(fw::OwnerId owner, PendingWrites& w) {
   if (w.remote.empty()) return true;
   w.local.resize(w.remote.size());
   for (size_t i = 0; i < w.remote.size(); i++) {
-    w.local[i] = {w.staging.data() + w.offsets[i], w.remote[i].iov_len};
+    const Segment& seg = w.segments[i];
+    const uint8_t* p = seg.ptr ? seg.ptr : w.staging.data() + seg.offset;
+    w.local[i] = {const_cast<uint8_t*>(p), w.remote[i].iov_len};
   }
-  size_t total = w.staging.size();
+  size_t total = w.bytes;
   ssize_t n = process_vm_writev(w.pid, w.local.data(), w.local.size(), w.remote.data(),
                                 w.remote.size(), 0);
   stats_.write_calls++;
@@ -99,7 +115,8 @@ bool ProcessDma::flush_owner(fw::OwnerId owner, PendingWrites& w) {
   w.remote.clear();
   w.local.clear();
   w.staging.clear();
-  w.offsets.clear();
+  w.segments.clear();
+  w.bytes = 0;
   return ok;
 }
 

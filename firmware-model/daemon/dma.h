@@ -30,6 +30,7 @@ struct DmaStats {
   uint64_t read_calls = 0, read_bytes = 0, read_cache_hits = 0;
   uint64_t write_calls = 0, write_bytes = 0, write_segments = 0;
   uint64_t faults = 0;  // a process_vm_* call copied less than asked
+  uint64_t write_in_place = 0;  // segments written straight from received frames
 };
 
 class ProcessDma : public fw::DmaInterface {
@@ -44,6 +45,13 @@ class ProcessDma : public fw::DmaInterface {
   bool write(fw::OwnerId owner, uint64_t addr, std::span<const uint8_t> src) override;
 
   void flush();                       // issue queued writes
+  // Writes whose source lies in [base, base+len) reference it in place
+  // instead of copying it to staging: the caller guarantees the range stays
+  // valid until flush() (received frames, until the ring slot is released).
+  void set_stable_source(const uint8_t* base, size_t len) {
+    stable_base_ = base;
+    stable_len_ = len;
+  }
   void invalidate(fw::OwnerId owner);  // drop the read-ahead window
   void forget(fw::OwnerId owner);      // client gone
   const DmaStats& stats() const { return stats_; }
@@ -54,11 +62,16 @@ class ProcessDma : public fw::DmaInterface {
     size_t len = 0;
     std::vector<uint8_t> data;
   };
+  struct Segment {
+    const uint8_t* ptr;  // in place (stable source), or nullptr: staged
+    size_t offset;       // into staging when staged
+  };
   struct PendingWrites {
     pid_t pid = -1;
     std::vector<iovec> local, remote;
-    std::vector<uint8_t> staging;  // copies of src, so callers' spans may die
-    std::vector<size_t> offsets;
+    std::vector<uint8_t> staging;  // copies of unstable sources
+    std::vector<Segment> segments;
+    size_t bytes = 0;
   };
   bool flush_owner(fw::OwnerId owner, PendingWrites& w);
 
@@ -66,6 +79,8 @@ class ProcessDma : public fw::DmaInterface {
   std::unordered_map<fw::OwnerId, Window> windows_;
   std::unordered_map<fw::OwnerId, PendingWrites> pending_;
   DmaStats stats_;
+  const uint8_t* stable_base_ = nullptr;
+  size_t stable_len_ = 0;
 };
 
 }  // namespace metaroce::daemon
