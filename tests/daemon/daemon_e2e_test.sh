@@ -199,9 +199,10 @@ case_kill_client() {
   local ready=$WORK/stream.ready spid cpid qpn closed0 t0 t1 rc=0
   PORT=$((PORT + 1)); rm -f "$ready"
   # Both stream at each other; small timeout and retry_cnt bound the
-  # survivor's wait (timeout 12: 4.096 us * 2^12 = 17 ms per try).
-  in_a "$TRAFFIC" server --dev "$MROCE_DEV_A" --port "$PORT" --mode stream --timeout 12 \
-    --retry-cnt 3 --deadline 60 >"$WORK/survivor.log" 2>&1 &
+  # survivor's wait (timeout 14: 4.096 us * 2^14 = 67 ms per try, 5 tries; 12 and 3
+  # tries failed spuriously under ASan on two busy cores).
+  in_a "$TRAFFIC" server --dev "$MROCE_DEV_A" --port "$PORT" --mode stream --timeout 14 \
+    --retry-cnt 4 --deadline 60 >"$WORK/survivor.log" 2>&1 &
   spid=$!; e2e_track_pid "$spid"
   # A simple command (no function, no subshell): $! is the program itself,
   # since `ip netns exec` and env exec it.
@@ -216,7 +217,8 @@ case_kill_client() {
   closed0=$(counter b clients_closed)
   sleep 0.5  # mid-transfer: let requests be in flight both ways
   t0=$(date +%s.%N)
-  grep -q mroce_traffic "/proc/$cpid/cmdline" || e2e_fail "pid $cpid is not the traffic program"
+  grep -q mroce_traffic "/proc/$cpid/cmdline" 2>/dev/null || {
+    cat "$WORK/survivor.log" "$WORK/victim.log"; e2e_fail "the victim (pid $cpid) ended before the kill"; }
   kill -9 "$cpid"; wait "$cpid" 2>/dev/null || true
   wait "$spid" || rc=$?
   t1=$(date +%s.%N)
