@@ -83,6 +83,7 @@ SendWqe* rd_wqe(Qp& qp, uint32_t msn, WrOpcode a, WrOpcode b) {
 
 void on_progress(Core& c, Qp& qp) {
   qp.retries = 0;
+  qp.progress_at = c.now();
   qp.backoff = 0;
   requester::arm_rto(c, qp, true);
   requester::arm_tlp(c, qp);

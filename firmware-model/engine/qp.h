@@ -104,6 +104,11 @@ struct Qp {
   std::array<uint32_t, kRdSlots> rd_slot{};  // rd msn % kRdSlots -> WQE seq
   uint32_t credit = 0;   // peer's latest grant in packets (0 = no limit)
   uint32_t retries = 0;  // consecutive timeouts without progress
+  // When the requester last made progress, or began waiting after being
+  // idle. retry_cnt is exhausted only once (retry_cnt + 1) IB local ACK
+  // timeouts have passed since then: the adaptive RTO retransmits sooner,
+  // but a fast RTO is not an IB timeout (docs/engine.md §Timers).
+  Time progress_at = 0;
   uint32_t backoff = 0;
   Time rto_deadline = kNever;
   Time rack_deadline = kNever;

@@ -271,6 +271,7 @@ void arm_rto(Core& c, Qp& qp, bool restart) {
     qp.rto_deadline = kNever;
     return;
   }
+  if (qp.rto_deadline == kNever && qp.retries == 0) qp.progress_at = c.now();
   if (qp.rto_deadline != kNever && !restart) return;
   Time cap = ib_timeout_ns(qp.attr.timeout);
   cap = cap == kNever ? kInfiniteTimeoutCap : std::max(cap, kMinRto);
@@ -356,7 +357,9 @@ void on_rto(Core& c, Qp& qp) {
   }
   c.bump(&qp, &Counters::timeouts);
   ++qp.retries;
-  if (qp.attr.timeout != 0 && qp.retries > qp.attr.retry_cnt) {
+  Time ib_timeout = ib_timeout_ns(qp.attr.timeout);
+  if (ib_timeout != kNever && qp.retries > qp.attr.retry_cnt &&
+      c.now() - qp.progress_at >= ib_timeout * (uint64_t{qp.attr.retry_cnt} + 1)) {
     completer::fail(c, qp, qp.sq_head, WcStatus::kRetryExcErr);
     return;
   }

@@ -210,13 +210,14 @@ TEST_CASE("requester__peer_never_answers_retry_exceeded_after_retry_cnt") {
   CHECK(std::string(status_name(sc[0].status)) == "RETRY_EXC_ERR");
   CHECK(std::string(status_name(sc[1].status)) == "WR_FLUSH_ERR");
   const Counters& c = t.a.engine->counters();
-  CHECK(c.timeouts == 4);  // retry_cnt retries, then the one that gives up
+  CHECK(c.timeouts >= 4);  // at least retry_cnt retries, then the one that gives up
   CHECK(c.tx_retransmits >= 3);
-  // No RTT sample yet: RTOs of 1, 2, 4 ms, then capped by the QP's
-  // timeout (4.096us << 10 = 4.19 ms).
+  // IB semantics: the error comes once retry_cnt + 1 local ACK timeouts
+  // (4.096us << 10 = 4.19 ms each) have passed without progress, however
+  // often the faster adaptive RTO (1, 2, 4 ms, capped at 4.19) retransmitted.
   Time took = t.clock.t - start;
-  CHECK(took >= 11'000'000);
-  CHECK(took < 11'500'000);
+  CHECK(took >= 4 * 4'194'304);
+  CHECK(took < 4 * 4'194'304 + 4'200'000);
   QpAttr a;
   REQUIRE(t.a.engine->query_qp(Node::kOwner, t.a.qpn, &a, nullptr) == 0);
   CHECK(a.qp_state == QpState::kErr);
