@@ -52,7 +52,7 @@ void DaemonLoop::arm_waits() {
 
 void DaemonLoop::run() {
   arm_waits();
-  fw::Time idle_since = device_.now();
+  fw::Time idle_since = device_.read_clock();
   uint32_t iter = 0;
   while (!stop_) {
     int work = device_.poll_once();
@@ -62,7 +62,7 @@ void DaemonLoop::run() {
       work += static_cast<int>(io_.poll());
       if (stop_) break;
     }
-    fw::Time now = device_.now();
+    fw::Time now = device_.read_clock();
     if (work) {
       idle_since = now;
       continue;
@@ -78,7 +78,7 @@ void DaemonLoop::run() {
       io_.run_one_for(std::chrono::nanoseconds(wait_ns));
     }
     device_.end_sleep();
-    idle_since = device_.now();
+    idle_since = device_.read_clock();
   }
 }
 

@@ -116,6 +116,7 @@ class Device : fw::ClockInterface,
   const DmaStats& dma_stats() const { return dma_.stats(); }
   io::PacketIo* packet_io() const { return io_; }
   fw::Time now() const override;
+  fw::Time read_clock() const;  // a fresh reading (also refreshes now())
 
  private:
   struct CqState {
@@ -181,6 +182,9 @@ class Device : fw::ClockInterface,
   std::vector<io::RxFrame> rx_batch_;
   std::vector<uint32_t> dirty_cqs_;
   std::deque<std::vector<uint8_t>> loopback_;  // frames to our own GIDs
+  static constexpr uint32_t kNowReuse = 16;
+  mutable fw::Time now_ = 0;
+  mutable uint32_t now_reads_ = 0;
 };
 
 }  // namespace metaroce::daemon
