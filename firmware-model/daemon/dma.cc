@@ -31,8 +31,14 @@ bool ProcessDma::read(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) 
     stats_.read_bytes += n;
     return true;
   }
-  w.data.resize(kReadAhead);
-  iovec l{w.data.data(), kReadAhead}, r{reinterpret_cast<void*>(addr), kReadAhead};
+  // Window size: small for small messages (an 8-byte WRITE must not copy
+  // 64 KiB), doubling while the reads stream sequentially.
+  size_t want = (w.last_size && addr == w.last_end)
+                     ? std::min(2 * w.last_size, kReadAhead)
+                     : std::clamp<size_t>(16 * dst.size(), 4096, kReadAhead);
+  want = std::max(want, dst.size());
+  if (w.data.size() < want) w.data.resize(kReadAhead);
+  iovec l{w.data.data(), want}, r{reinterpret_cast<void*>(addr), want};
   ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
   stats_.read_calls++;
   if (n < static_cast<ssize_t>(dst.size())) {
@@ -47,6 +53,8 @@ bool ProcessDma::read(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) 
   }
   w.base = addr;
   w.len = static_cast<size_t>(n);
+  w.last_end = addr + w.len;
+  w.last_size = w.len;
   stats_.read_bytes += n;
   std::memcpy(dst.data(), w.data.data(), dst.size());
   return true;

@@ -6,8 +6,10 @@
 //   - writes are queued and issued as one vectored call per client per batch
 //     (flush()), up to kMaxIov segments; a read from the same client first
 //     flushes, so a READ after a WRITE sees the written data;
-//   - reads go through a per-client read-ahead window (kReadAhead bytes):
-//     segmenting a 64 KiB message at 1 KiB MTU costs one call, not 64. The
+//   - reads go through a per-client read-ahead window (up to kReadAhead
+//     bytes; 16x the request for a new stream, doubling while reads stay
+//     sequential): segmenting a 64 KiB message at 1 KiB MTU costs a few
+//     calls, not 64, and an 8-byte message copies 4 KiB, not 64. The
 //     window is dropped whenever that client posts new work (invalidate()),
 //     because the application may rewrite a buffer before reposting it.
 // The engine has already checked keys, bounds and access: this class only
@@ -59,8 +61,10 @@ class ProcessDma : public fw::DmaInterface {
  private:
   struct Window {
     uint64_t base = 0;
-    size_t len = 0;
+    size_t len = 0;  // valid bytes; 0 after invalidate()
     std::vector<uint8_t> data;
+    uint64_t last_end = 0;  // end and size of the last fill, kept across
+    size_t last_size = 0;   // invalidation: a sequential stream doubles it
   };
   struct Segment {
     const uint8_t* ptr;  // in place (stable source), or nullptr: staged

@@ -266,7 +266,11 @@ int run(const Options& o) {
     }
   }
   LoopOptions lo;
-  lo.spin_ns = static_cast<uint64_t>(o.spin_us) * 1000;
+  // Spinning pays off only with a CPU to spare: on 1-2 CPUs the NIC at
+  // SCHED_FIFO would take the cores busy-polling applications need
+  // (docs/daemon.md §The loop has the measurements).
+  int spin_us = o.spin_us >= 0 ? o.spin_us : (sysconf(_SC_NPROCESSORS_ONLN) <= 2 ? 0 : 50);
+  lo.spin_ns = static_cast<uint64_t>(spin_us) * 1000;
   DaemonLoop loop(io, device, doorbell, link.monitor().fd(),
                   [&link] { link.monitor().process(); }, lo);
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);

@@ -19,7 +19,9 @@ const char* usage() {
          "  --run-dir DIR           control socket directory (default /run/metaroce)\n"
          "  --uverbs N              uverbs index (default: N of metaroceN)\n"
          "  --paths N               path entropies sprayed over per QP, 1..64 (default 4)\n"
-         "  --spin-us N             poll this long when idle before sleeping (default 100)\n"
+         "  --spin-us N             poll this long when idle before sleeping (default: 0 on\n"
+         "                          machines with 1-2 CPUs, where spinning takes the CPU the\n"
+         "                          applications need, else 50)\n"
          "  --cc NAME               congestion control algorithm (default: default)\n"
          "  --base-rtt-us N         base RTT floor for congestion control, 1..100000 (default 50:\n"
          "                          a soft NIC's host delay; the CC raises it to the measured minimum)\n"
@@ -111,7 +113,8 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
     } else if (a == "--paths") {
       if (!number(1, 64, &o->paths)) return false;
     } else if (a == "--spin-us") {
-      if (!number(0, 1'000'000, &o->spin_us)) return false;
+      if (!number(0, 1'000'000, &n)) return false;
+      o->spin_us = static_cast<int>(n);
     } else if (a == "--base-rtt-us") {
       if (!number(1, 100'000, &o->base_rtt_us)) return false;
     } else if (a == "--link-gbps") {

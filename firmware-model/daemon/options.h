@@ -19,7 +19,7 @@ struct Options {
   std::string run_dir = "/run/metaroce";           // --run-dir DIR (control socket)
   int uverbs_index = -1;              // --uverbs N (default: N of metaroceN)
   uint32_t paths = 4;                 // --paths N (path entropies per QP)
-  uint32_t spin_us = 100;             // --spin-us N (poll this long before sleeping)
+  int spin_us = -1;                   // --spin-us N (poll this long before sleeping; -1: auto)
   std::string cc = "default";         // --cc NAME
   uint32_t base_rtt_us = 50;          // --base-rtt-us N (congestion control's base RTT floor)
   uint32_t link_gbps = 25;            // --link-gbps N (line rate the CC assumes)
