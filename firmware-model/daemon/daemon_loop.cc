@@ -68,9 +68,15 @@ void DaemonLoop::run() {
       continue;
     }
     if (now - idle_since < options_.spin_ns) continue;
+    // While traffic is in flight (a retransmission or ACK deadline is near)
+    // the NIC stays awake: a sleeping NIC adds a wake-up (~35 us here) to
+    // every round trip, and delay-based congestion control read that as
+    // queueing: at a small window every packet paid it, the RTT grew as the
+    // rate fell, and the window collapsed to one packet.
+    fw::Time deadline = device_.next_deadline();
+    if (deadline != fw::kNever && deadline <= now + options_.busy_horizon_ns) continue;
     if (!device_.prepare_sleep()) continue;
     arm_waits();
-    fw::Time deadline = device_.next_deadline();
     uint64_t wait_ns = options_.max_sleep_ns;
     if (deadline != fw::kNever) wait_ns = deadline > now ? std::min(wait_ns, deadline - now) : 0;
     if (wait_ns > 0) {

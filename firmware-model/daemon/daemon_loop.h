@@ -17,6 +17,7 @@ namespace metaroce::daemon {
 struct LoopOptions {
   uint64_t spin_ns = 100'000;
   uint64_t max_sleep_ns = 100'000'000;
+  uint64_t busy_horizon_ns = 2'000'000;  // stay awake while a deadline is this close
 };
 
 class DaemonLoop {

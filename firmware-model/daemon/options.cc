@@ -23,7 +23,7 @@ const char* usage() {
          "                          machines with 1-2 CPUs, where spinning takes the CPU the\n"
          "                          applications need, else 50)\n"
          "  --cc NAME               congestion control algorithm (default: default)\n"
-         "  --base-rtt-us N         base RTT floor for congestion control, 1..100000 (default 50:\n"
+         "  --base-rtt-us N         base RTT floor for congestion control, 1..100000 (default 200:\n"
          "                          a soft NIC's host delay; the CC raises it to the measured minimum)\n"
          "  --link-gbps N           line rate congestion control assumes, 1..800 (default 25)\n"
          "  --max-qp-per-client N   per-process QP limit (default 1024)\n"

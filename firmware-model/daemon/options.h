@@ -21,7 +21,7 @@ struct Options {
   uint32_t paths = 4;                 // --paths N (path entropies per QP)
   int spin_us = -1;                   // --spin-us N (poll this long before sleeping; -1: auto)
   std::string cc = "default";         // --cc NAME
-  uint32_t base_rtt_us = 50;          // --base-rtt-us N (congestion control's base RTT floor)
+  uint32_t base_rtt_us = 200;         // --base-rtt-us N (congestion control's base RTT floor)
   uint32_t link_gbps = 25;            // --link-gbps N (line rate the CC assumes)
   uint32_t max_qp_per_client = 1024;  // --max-qp-per-client N
   std::string pidfile;                // --pidfile FILE
