@@ -43,72 +43,13 @@ uint8_t load_phase(uint8_t& v) { return std::atomic_ref<uint8_t>(v).load(std::me
 // first pass over a ring of `depth`, 0 on the second, ...
 uint8_t expected_phase(uint32_t i, uint32_t depth) { return ((i / depth) & 1) == 0 ? 1 : 0; }
 
-mroce_qp_cap to_abi(const fw::QpCap& c) {
-  return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
-}
-fw::QpCap to_fw(const mroce_qp_cap& c) {
-  return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
-}
+using uapi::to_abi;
+using uapi::to_fw;
 
-uint32_t ibv_mtu(uint32_t bytes) {
-  uint32_t e = 1;
-  while (e < 5 && (128u << (e + 1)) <= bytes) e++;
-  return e;
-}
-
-// fw::QpAttr -> the device ABI's mroce_qp_attr (the MODIFY_QP mailbox).
 mroce_qp_attr to_abi(const fw::QpAttr& q, uint32_t mask) {
-  mroce_qp_attr a{};
+  mroce_qp_attr a = uapi::to_abi(q);
   a.attr_mask = mask;
-  a.qp_state = static_cast<uint32_t>(q.qp_state);
-  a.cur_qp_state = static_cast<uint32_t>(q.cur_qp_state);
-  a.path_mtu = ibv_mtu(q.path_mtu);
-  a.qp_access_flags = q.qp_access_flags;
-  a.rq_psn = q.rq_psn;
-  a.sq_psn = q.sq_psn;
-  a.dest_qp_num = q.dest_qp_num;
-  std::memcpy(a.dgid, q.av.dgid.bytes.data(), 16);
-  a.flow_label = q.av.flow_label;
-  a.sgid_index = q.av.sgid_index;
-  a.hop_limit = q.av.hop_limit;
-  a.traffic_class = q.av.traffic_class;
-  a.is_global = 1;
-  a.timeout = q.timeout;
-  a.retry_cnt = q.retry_cnt;
-  a.rnr_retry = q.rnr_retry;
-  a.min_rnr_timer = q.min_rnr_timer;
-  a.max_rd_atomic = q.max_rd_atomic;
-  a.max_dest_rd_atomic = q.max_dest_rd_atomic;
-  a.port_num = q.port_num;
-  a.pkey_index = q.pkey_index;
-  a.cap = to_abi(q.cap);
   return a;
-}
-
-fw::QpAttr to_fw(const mroce_qp_attr& a) {
-  fw::QpAttr q;
-  q.qp_state = static_cast<fw::QpState>(a.qp_state);
-  q.cur_qp_state = static_cast<fw::QpState>(a.cur_qp_state);
-  q.path_mtu = a.path_mtu >= 1 && a.path_mtu <= 5 ? 128u << a.path_mtu : 0;
-  q.qp_access_flags = a.qp_access_flags;
-  q.rq_psn = a.rq_psn;
-  q.sq_psn = a.sq_psn;
-  q.dest_qp_num = a.dest_qp_num;
-  std::memcpy(q.av.dgid.bytes.data(), a.dgid, 16);
-  q.av.flow_label = a.flow_label;
-  q.av.sgid_index = a.sgid_index;
-  q.av.hop_limit = a.hop_limit;
-  q.av.traffic_class = a.traffic_class;
-  q.timeout = a.timeout;
-  q.retry_cnt = a.retry_cnt;
-  q.rnr_retry = a.rnr_retry;
-  q.min_rnr_timer = a.min_rnr_timer;
-  q.max_rd_atomic = a.max_rd_atomic;
-  q.max_dest_rd_atomic = a.max_dest_rd_atomic;
-  q.port_num = a.port_num;
-  q.pkey_index = a.pkey_index;
-  q.cap = to_fw(a.cap);
-  return q;
 }
 
 // fw::SendWr -> the WQE silicon DMA-reads (the same bytes the provider

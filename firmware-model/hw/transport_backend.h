@@ -20,13 +20,11 @@
 
 #include "firmware-model/engine/engine.h"
 #include "firmware-model/engine/types.h"
+#include "firmware-model/uapi/convert.h"
 
 namespace metaroce::hw {
 
-struct NamedCounter {
-  std::string name;
-  uint64_t value = 0;
-};
+using NamedCounter = uapi::NamedCounter;
 
 inline constexpr uint32_t kDeviceCounters = 0xffffffffu;
 
@@ -79,6 +77,6 @@ class TransportBackend {
 
 // fw::Counters as name/value pairs, in the order of its fields (the names
 // the control protocol's QUERY_COUNTERS uses).
-std::vector<NamedCounter> named_counters(const fw::Counters& c);
+using uapi::named_counters;
 
 }  // namespace metaroce::hw

@@ -1,0 +1,105 @@
+#include "firmware-model/uapi/convert.h"
+
+#include <cstring>
+
+namespace metaroce::uapi {
+
+uint32_t mtu_bytes(uint32_t ibv_mtu) { return ibv_mtu >= 1 && ibv_mtu <= 5 ? 128u << ibv_mtu : 0; }
+
+uint32_t ibv_mtu_for(uint32_t bytes) {
+  uint32_t e = 1;
+  while (e < 5 && (128u << (e + 1)) <= bytes) e++;
+  return e;
+}
+
+mroce_qp_cap to_abi(const fw::QpCap& c) {
+  return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
+}
+
+fw::QpCap to_fw(const mroce_qp_cap& c) {
+  return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
+}
+
+mroce_qp_attr to_abi(const fw::QpAttr& q) {
+  mroce_qp_attr a{};
+  a.qp_state = static_cast<uint32_t>(q.qp_state);
+  a.cur_qp_state = static_cast<uint32_t>(q.cur_qp_state);
+  a.path_mtu = q.path_mtu ? ibv_mtu_for(q.path_mtu) : 0;
+  a.qp_access_flags = q.qp_access_flags;
+  a.rq_psn = q.rq_psn;
+  a.sq_psn = q.sq_psn;
+  a.dest_qp_num = q.dest_qp_num;
+  std::memcpy(a.dgid, q.av.dgid.bytes.data(), 16);
+  a.flow_label = q.av.flow_label;
+  a.sgid_index = q.av.sgid_index;
+  a.hop_limit = q.av.hop_limit;
+  a.traffic_class = q.av.traffic_class;
+  a.is_global = 1;  // RoCE-style: every address vector carries a GRH
+  a.timeout = q.timeout;
+  a.retry_cnt = q.retry_cnt;
+  a.rnr_retry = q.rnr_retry;
+  a.min_rnr_timer = q.min_rnr_timer;
+  a.max_rd_atomic = q.max_rd_atomic;
+  a.max_dest_rd_atomic = q.max_dest_rd_atomic;
+  a.port_num = q.port_num;
+  a.pkey_index = q.pkey_index;
+  a.cap = to_abi(q.cap);
+  return a;
+}
+
+fw::QpAttr to_fw(const mroce_qp_attr& a) {
+  fw::QpAttr q;
+  q.qp_state = static_cast<fw::QpState>(a.qp_state);
+  q.cur_qp_state = static_cast<fw::QpState>(a.cur_qp_state);
+  q.path_mtu = mtu_bytes(a.path_mtu);
+  q.qp_access_flags = a.qp_access_flags;
+  q.rq_psn = a.rq_psn;
+  q.sq_psn = a.sq_psn;
+  q.dest_qp_num = a.dest_qp_num;
+  std::memcpy(q.av.dgid.bytes.data(), a.dgid, 16);
+  q.av.flow_label = a.flow_label;
+  q.av.sgid_index = a.sgid_index;
+  q.av.hop_limit = a.hop_limit;
+  q.av.traffic_class = a.traffic_class;
+  q.timeout = a.timeout;
+  q.retry_cnt = a.retry_cnt;
+  q.rnr_retry = a.rnr_retry;
+  q.min_rnr_timer = a.min_rnr_timer;
+  q.max_rd_atomic = a.max_rd_atomic;
+  q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  q.port_num = a.port_num;
+  q.pkey_index = a.pkey_index;
+  q.cap = to_fw(a.cap);
+  return q;
+}
+
+std::vector<NamedCounter> named_counters(const fw::Counters& c) {
+  return {
+      {"tx_packets", c.tx_packets},
+      {"tx_bytes", c.tx_bytes},
+      {"rx_packets", c.rx_packets},
+      {"rx_bytes", c.rx_bytes},
+      {"rx_drop_parse", c.rx_drop_parse},
+      {"rx_drop_bad_icrc", c.rx_drop_bad_icrc},
+      {"rx_drop_unknown_qp", c.rx_drop_unknown_qp},
+      {"rx_drop_qp_state", c.rx_drop_qp_state},
+      {"rx_drop_duplicate", c.rx_drop_duplicate},
+      {"rx_drop_out_of_window", c.rx_drop_out_of_window},
+      {"rx_nak_access", c.rx_nak_access},
+      {"rx_nak_invalid", c.rx_nak_invalid},
+      {"rx_nak_rnr", c.rx_nak_rnr},
+      {"tx_retransmits", c.tx_retransmits},
+      {"fast_retransmits", c.fast_retransmits},
+      {"timeouts", c.timeouts},
+      {"rnr_retries", c.rnr_retries},
+      {"ecn_marks_seen", c.ecn_marks_seen},
+      {"atomic_replays", c.atomic_replays},
+      {"cq_overflows", c.cq_overflows},
+      {"local_errors", c.local_errors},
+      {"rx_drop_unexpected", c.rx_drop_unexpected},
+      {"rx_drop_not_request", c.rx_drop_not_request},
+      {"tail_loss_probes", c.tail_loss_probes},
+  };
+}
+
+}  // namespace metaroce::uapi

@@ -1,0 +1,34 @@
+// Conversions between the device ABI (metaroce_abi.h: what host software
+// and a NIC exchange) and the transport engine's verbs-level types. Used by
+// every NIC side that speaks the ABI: the soft-NIC daemon and the hardware
+// offload backend.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "firmware-model/engine/engine.h"
+#include "firmware-model/engine/types.h"
+#include "firmware-model/uapi/metaroce_abi.h"
+
+namespace metaroce::uapi {
+
+// enum ibv_mtu (1..5) <-> bytes (256..4096); 0 for anything else.
+uint32_t mtu_bytes(uint32_t ibv_mtu);
+uint32_t ibv_mtu_for(uint32_t bytes);  // largest enum whose size fits
+
+mroce_qp_cap to_abi(const fw::QpCap& c);
+fw::QpCap to_fw(const mroce_qp_cap& c);
+// attr_mask is left 0: the caller sets it.
+mroce_qp_attr to_abi(const fw::QpAttr& q);
+fw::QpAttr to_fw(const mroce_qp_attr& a);
+
+struct NamedCounter {
+  std::string name;
+  uint64_t value = 0;
+};
+// Every engine counter with its name, in declaration order.
+std::vector<NamedCounter> named_counters(const fw::Counters& c);
+
+}  // namespace metaroce::uapi
