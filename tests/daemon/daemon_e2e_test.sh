@@ -127,6 +127,8 @@ impair_obj() {  # loss-percent slow-lane-percent
 impair_on() {  # ns ifname loss% slow%
   local ns=$1 ifn=$2 obj
   obj=$(impair_obj "$3" "$4") || return 1
+  # Loss that the daemon's AF_PACKET frames really see: XDP on receive.
+  ip -n "$ns" link set dev "$ifn" xdpgeneric obj "$obj" sec xdp_drop &&
   ip netns exec "$ns" tc qdisc add dev "$ifn" clsact &&
   ip netns exec "$ns" tc filter add dev "$ifn" egress bpf da obj "$obj" sec tc_drop &&
   ip netns exec "$ns" tc qdisc add dev "$ifn" root handle 1: htb default 10 r2q 1000 &&
@@ -136,6 +138,7 @@ impair_on() {  # ns ifname loss% slow%
   ip netns exec "$ns" tc filter add dev "$ifn" parent 1: bpf obj "$obj" sec tc_lane
 }
 impair_off() {  # ns ifname
+  ip -n "$1" link set dev "$2" xdpgeneric off 2>/dev/null
   ip netns exec "$1" tc qdisc del dev "$2" clsact 2>/dev/null
   ip netns exec "$1" tc qdisc del dev "$2" root 2>/dev/null
   return 0
@@ -162,6 +165,9 @@ case_traffic() {  # xdp|packet
 }
 
 case_traffic_impaired() {  # xdp|packet
+  [ "$1" = xdp ] && e2e_skip "the loss that reaches the soft NIC is an XDP drop on receive, and in" \
+    "AF_XDP mode metaroced's own XDP program holds that hook; an impaired AF_XDP path needs a" \
+    "forwarding hop (a third namespace), not built yet"
   need_net "$1"
   command -v clang >/dev/null || e2e_skip "clang (to build tests/daemon/impair.bpf.c) not installed"
   local ra rb tx0 drops slow
@@ -175,17 +181,15 @@ case_traffic_impaired() {  # xdp|packet
   slow=$(( $(impair_slow "$MROCE_NS_A" "$MROCE_IF_A") + $(impair_slow "$MROCE_NS_B" "$MROCE_IF_B") ))
   local tx=$(( $(veth_tx "$MROCE_NS_A" "$MROCE_IF_A") + $(veth_tx "$MROCE_NS_B" "$MROCE_IF_B") - tx0 ))
   impair_off "$MROCE_NS_A" "$MROCE_IF_A"; impair_off "$MROCE_NS_B" "$MROCE_IF_B"
-  echo "impairment: $drops of $tx frames dropped, $slow sent through the slow (reordering) lane"
+  echo "impairment: 2% XDP drop on receive at both ends over $tx frames; $slow frames delayed" \
+    "through the slow htb lane (reordering)"
   show_counters a b
   ra=$(( $(counter a tx_retransmits) - ra )); rb=$(( $(counter b tx_retransmits) - rb ))
   echo "retransmits during the impaired run: daemon a $ra, daemon b $rb (for $drops frames dropped)"
   [ $rc = 0 ] || e2e_fail "traffic under loss and reordering failed"
-  if [ $(( drops * 200 )) -lt "$tx" ]; then  # under 0.5 %: the hooks never saw the frames
-    [ "$1" = xdp ] && e2e_skip "impairment not applied ($drops of $tx frames dropped): AF_XDP" \
-      "copy mode transmits past every qdisc and tc hook; an impaired AF_XDP path needs a forwarding hop"
-    e2e_fail "impairment dropped only $drops of $tx frames"
-  fi
-  [ $(( ra + rb )) -gt 0 ] || e2e_fail "frames were dropped but no daemon counted a retransmit"
+  # 2% loss on both receive paths of ~60,000 frames: hundreds of losses that
+  # only retransmission can have repaired (the content was verified).
+  [ $(( ra + rb )) -ge 50 ] || e2e_fail "only $((ra + rb)) retransmissions under 2% loss: was the loss applied?"
 }
 
 # ---- 2. a client killed mid-transfer ----
