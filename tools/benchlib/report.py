@@ -160,8 +160,9 @@ def tables(results):
                 if r.get("impairment_applied") is False:
                     g += " (not applied\\*)"
                     notes.append(r.get("note", ""))
-                drops = "-" if cond.startswith("lossless") else "%s / %s" % (r.get("impaired_drops", "?"),
-                                                                                r.get("link_tx_frames", "?"))
+                d = r.get("impaired_drops", "?")
+                drops = "-" if cond.startswith("lossless") else "%s / %s" % (
+                    "n/a (XDP drop)" if d is None else d, r.get("link_tx_frames", "?"))
                 cells += [g, f2(ratio(r["gbps"], base_g)), drops]
             elif r is not None and r.get("status") == "skipped":
                 cells += ["skipped: " + r.get("reason", ""), "-", "-"]
