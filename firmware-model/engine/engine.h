@@ -54,6 +54,7 @@ struct Counters {
   uint64_t rx_drop_unexpected = 0;     // ACK/NACK/response matching nothing outstanding
   uint64_t rx_drop_not_request = 0;    // PROBE_REPLY or other opcode with no consumer
   uint64_t tail_loss_probes = 0;       // TLP: tail packet resent before the RTO
+  uint64_t rx_drop_unordered = 0;     // READ/atomic ahead of a missing earlier PSN (resent later)
 };
 
 class Engine {

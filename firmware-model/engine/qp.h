@@ -57,6 +57,10 @@ struct RecvWqe {
   uint32_t placed = 0;  // unique bytes placed
   bool with_imm = false;
   uint32_t imm = 0;
+  // PSN of the message's last packet: its completion waits until every PSN
+  // up to it has arrived (an earlier WRITE may still have holes).
+  uint32_t last_psn = 0;
+  bool have_last = false;
 };
 
 // A READ being answered by the responder, drained by pump().

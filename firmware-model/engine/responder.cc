@@ -49,9 +49,15 @@ void send_nack(Core& c, Qp& qp, proto::NackReason reason, uint32_t psn, uint8_t 
   c.send(qp, p, path);
 }
 
+// Receive completions in posting order, each only once every request before
+// the message's last PSN has arrived: the WRITE-then-SEND pattern relies on
+// the SEND's completion meaning the WRITE's data is in place (docs/engine.md
+// §Ordering). A placed SEND whose predecessors still have holes waits here
+// until the cumulative point passes it.
 void drain_recv(Core& c, Qp& qp) {
   while (qp.rq_head != qp.rq_tail && qp.rqe(qp.rq_head).done) {
     RecvWqe& r = qp.rqe(qp.rq_head);
+    if (r.have_last && !proto::seq_lt(r.last_psn, qp.rw.cum())) break;
     Completion wc;
     wc.wr_id = r.wr.wr_id;
     wc.status = r.status;
@@ -96,6 +102,18 @@ State check_psn(Core& c, Qp& qp, Req& r) {
   return State::kDone;
 }
 
+// RC ordering (docs/engine.md §Ordering): WRITE and SEND payload may be
+// placed in any order, but a READ or an atomic must observe every earlier
+// request of the QP, as verbs users rely on (a READ after a WRITE sees the
+// written data; a CMP_SWAP after a FETCH_ADD sees the added value). One that
+// arrives ahead of a missing earlier PSN is dropped unmarked (not SACKed):
+// the requester's loss detection resends it after the hole is filled.
+bool ordered(Core& c, Qp& qp, const Req& r) {
+  if (r.p.mbth.psn == qp.rw.cum()) return true;
+  c.bump(&qp, &Counters::rx_drop_unordered);
+  return false;
+}
+
 State check_op(Core& c, Qp& qp, Req& r) {
   const proto::Packet& p = r.p;
   uint64_t end = uint64_t{p.mbth.offset} + p.payload.size();
@@ -110,11 +128,11 @@ State check_op(Core& c, Qp& qp, Req& r) {
       return consumes_recv(p.mbth.opcode) ? State::kCheckRecv : State::kCheckRkey;
     case Opcode::kReadReq:
       if (!p.payload.empty()) return State::kNakInvalid;
-      return State::kCheckRkey;
+      return ordered(c, qp, r) ? State::kCheckRkey : State::kDone;
     case Opcode::kAtomicCmpSwap:
     case Opcode::kAtomicFetchAdd:
       if (p.atomic.va % 8 != 0) return State::kNakInvalid;
-      return State::kCheckRkey;
+      return ordered(c, qp, r) ? State::kCheckRkey : State::kDone;
     default: return State::kNakInvalid;
   }
 }
@@ -237,6 +255,10 @@ State execute(Core& c, Qp& qp, Req& r) {
   }
   if (RecvWqe* rw = r.recv) {
     rw->placed += static_cast<uint32_t>(p.payload.size());
+    if (p.mbth.flags & proto::kFlagLast) {
+      rw->last_psn = p.mbth.psn;
+      rw->have_last = true;
+    }
     if (p.mbth.opcode != Opcode::kSend) {
       rw->with_imm = true;
       rw->imm = p.imm;
@@ -250,7 +272,8 @@ State acknowledge(Core& c, Qp& qp, Req& r) {
   const proto::Packet& p = r.p;
   uint32_t before = qp.rw.cum();
   qp.rw.mark(p.mbth.psn);
-  if (r.recv && r.recv->done) drain_recv(c, qp);
+  // The cumulative point may have passed a placed message that was waiting.
+  if (qp.rw.cum() != before || (r.recv && r.recv->done)) drain_recv(c, qp);
   ++qp.pending_acks;
   qp.ack_echo_ts = p.mbth.timestamp;
   qp.ack_echo_path = p.mbth.path_id;

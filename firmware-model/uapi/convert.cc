@@ -99,6 +99,7 @@ std::vector<NamedCounter> named_counters(const fw::Counters& c) {
       {"rx_drop_unexpected", c.rx_drop_unexpected},
       {"rx_drop_not_request", c.rx_drop_not_request},
       {"tail_loss_probes", c.tail_loss_probes},
+      {"rx_drop_unordered", c.rx_drop_unordered},
   };
 }
 

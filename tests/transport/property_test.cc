@@ -134,10 +134,11 @@ Plan plan(uint64_t seed, bool atomics_only) {
   return p;
 }
 
-// SIMNET_STRICT_ATOMIC_ORDER=1: atomics must execute in posting (PSN) order,
-// as on IB RC. Default: any serial order (docs/protocol.md leaves the
-// responder free to execute atomics as they arrive).
-bool strict_atomic_order() { return std::getenv("SIMNET_STRICT_ATOMIC_ORDER") != nullptr; }
+// Atomics must execute in posting (PSN) order, as on IB RC: the responder
+// executes a READ or atomic only once every earlier PSN has arrived
+// (docs/engine.md §Ordering). SIMNET_RELAXED_ATOMIC_ORDER=1 accepts any
+// serial order (to study an engine without that rule).
+bool strict_atomic_order() { return std::getenv("SIMNET_RELAXED_ATOMIC_ORDER") == nullptr; }
 
 // Totals over a scenario's seeds, to show the impairments really happened.
 struct Totals {
