@@ -560,8 +560,8 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
             if rc == 0:
                 self.procs.run("tc-del", self.in_ns("A", ["tc", "qdisc", "del", "dev", dev, "root"]), 20)
             else:
-                self.event("sch_netem unavailable (%s): loss via a random-drop BPF tc filter on egress, "
-                           "no delay/reorder cases" % out.strip().splitlines()[-1])
+                self.event("sch_netem unavailable (%s): loss via a random-drop generic-XDP program on "
+                           "receive, no delay/reorder cases" % out.strip().splitlines()[-1])
         return self.netem_ok
 
     def impair(self, method, spec, prob):
