@@ -202,11 +202,13 @@ case_kill_client() {
   need_net xdp
   local ready=$WORK/stream.ready spid cpid qpn closed0 t0 t1 rc=0
   PORT=$((PORT + 1)); rm -f "$ready"
-  # Both stream at each other; small timeout and retry_cnt bound the
-  # survivor's wait (timeout 14: 4.096 us * 2^14 = 67 ms per try, 5 tries; 12 and 3
-  # tries failed spuriously under ASan on two busy cores).
-  in_a "$TRAFFIC" server --dev "$MROCE_DEV_A" --port "$PORT" --mode stream --timeout 14 \
-    --retry-cnt 4 --deadline 60 >"$WORK/survivor.log" 2>&1 &
+  # Both stream at each other; timeout and retry_cnt bound the survivor's
+  # wait: the error needs (retry_cnt + 1) IB timeouts without progress,
+  # here 8 x 4.096 us * 2^16 = 2.1 s. Shorter budgets (12/3, then 14/4 =
+  # 0.34 s) failed spuriously under ASan on two busy cores: the victim's side
+  # made no progress for over 0.3 s while alive.
+  in_a "$TRAFFIC" server --dev "$MROCE_DEV_A" --port "$PORT" --mode stream --timeout 16 \
+    --retry-cnt 7 --deadline 60 >"$WORK/survivor.log" 2>&1 &
   spid=$!; e2e_track_pid "$spid"
   # A simple command (no function, no subshell): $! is the program itself,
   # since `ip netns exec` and env exec it.
