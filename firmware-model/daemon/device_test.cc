@@ -316,13 +316,51 @@ TEST_CASE("dma__batched_writes_and_read_ahead_on_this_process") {
   CHECK(out == src);
   CHECK(dma.stats().write_calls == 1);
   CHECK(dma.stats().write_segments == 2);
-  CHECK(dma.read(1, base + 5000, out));  // inside the read-ahead window
+  CHECK(dma.read_payload(1, base + 1000, out));  // fills the read-ahead window
+  CHECK(dma.read_payload(1, base + 5000, out));  // inside the read-ahead window
   CHECK(out == src);
   CHECK(dma.stats().read_cache_hits == 1);
   // An unknown owner (process gone) fails, never crashes.
   ProcessDma gone([](fw::OwnerId) { return pid_t{-1}; });
   CHECK_FALSE(gone.read(1, base, out));
   CHECK_FALSE(gone.write(1, base, src));
+}
+
+// A NIC reads host memory when it serves a request: a responder READ or
+// atomic must see the owner's latest CPU stores, never a cached window.
+TEST_CASE("dma__read_sees_stores_made_after_an_earlier_read") {
+  ProcessDma dma([](fw::OwnerId) { return getpid(); });
+  std::vector<uint64_t> mem(4096, 0);
+  uint64_t va = reinterpret_cast<uint64_t>(mem.data());
+  uint64_t got = 0;
+  std::span<uint8_t> out(reinterpret_cast<uint8_t*>(&got), sizeof got);
+  for (uint64_t v : {1, 2, 3, 100}) {
+    mem[0] = v;  // an ordinary CPU store by the owner
+    REQUIRE(dma.read(1, va, out));
+    CHECK(got == v);
+  }
+  // The payload window is dropped on invalidate() (a new post) and serves
+  // the new contents afterwards.
+  mem[1] = 7;
+  REQUIRE(dma.read_payload(1, va + 8, out));
+  CHECK(got == 7);
+  mem[1] = 8;
+  dma.invalidate(1);
+  REQUIRE(dma.read_payload(1, va + 8, out));
+  CHECK(got == 8);
+}
+
+TEST_CASE("dma__commit_reports_a_write_that_did_not_land") {
+  ProcessDma dma([](fw::OwnerId) { return getpid(); });
+  std::vector<uint8_t> src(64, 0xab);
+  // An address no process maps: the queued write fails at commit().
+  CHECK(dma.write(1, 0x10, src));
+  CHECK_FALSE(dma.commit(1));
+  CHECK(dma.stats().faults == 1);
+  std::vector<uint8_t> mem(64, 0);
+  CHECK(dma.write(1, reinterpret_cast<uint64_t>(mem.data()), src));
+  CHECK(dma.commit(1));
+  CHECK(mem == src);
 }
 
 TEST_CASE("options__bad_command_lines_say_what_is_wrong") {

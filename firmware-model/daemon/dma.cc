@@ -9,11 +9,31 @@ namespace metaroce::daemon {
 
 ProcessDma::ProcessDma(std::function<pid_t(fw::OwnerId)> pid_of) : pid_of_(std::move(pid_of)) {}
 
+bool ProcessDma::flush_pending(fw::OwnerId owner) {
+  auto pw = pending_.find(owner);
+  return pw == pending_.end() || flush_owner(owner, pw->second);
+}
+
+bool ProcessDma::read_direct(pid_t pid, uint64_t addr, std::span<uint8_t> dst) {
+  iovec l{dst.data(), dst.size()}, r{reinterpret_cast<void*>(addr), dst.size()};
+  ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+  stats_.read_calls++;
+  if (n != static_cast<ssize_t>(dst.size())) return stats_.faults++, false;
+  stats_.read_bytes += n;
+  return true;
+}
+
 bool ProcessDma::read(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) {
   if (dst.empty()) return true;
-  auto pw = pending_.find(owner);
-  if (pw != pending_.end() && !pw->second.remote.empty()) flush_owner(owner, pw->second);
+  // A READ after a WRITE from the same peer sees the written data.
+  flush_pending(owner);
+  pid_t pid = pid_of_(owner);
+  return pid >= 0 && read_direct(pid, addr, dst);
+}
 
+bool ProcessDma::read_payload(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) {
+  if (dst.empty()) return true;
+  flush_pending(owner);
   Window& w = windows_[owner];
   if (!w.data.empty() && addr >= w.base && addr + dst.size() <= w.base + w.len) {
     std::memcpy(dst.data(), w.data.data() + (addr - w.base), dst.size());
@@ -23,14 +43,7 @@ bool ProcessDma::read(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) 
   pid_t pid = pid_of_(owner);
   if (pid < 0) return false;
   // Large reads go straight to the destination; small ones fill the window.
-  if (dst.size() >= kReadAhead) {
-    iovec l{dst.data(), dst.size()}, r{reinterpret_cast<void*>(addr), dst.size()};
-    ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
-    stats_.read_calls++;
-    if (n != static_cast<ssize_t>(dst.size())) return stats_.faults++, false;
-    stats_.read_bytes += n;
-    return true;
-  }
+  if (dst.size() >= kReadAhead) return read_direct(pid, addr, dst);
   // Window size: small for small messages (an 8-byte WRITE must not copy
   // 64 KiB), doubling while the reads stream sequentially.
   size_t want = (w.last_size && addr == w.last_end)
@@ -44,12 +57,7 @@ bool ProcessDma::read(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) 
   if (n < static_cast<ssize_t>(dst.size())) {
     // The window ran past the end of a mapping: read exactly what was asked.
     w.len = 0;
-    iovec l2{dst.data(), dst.size()}, r2{reinterpret_cast<void*>(addr), dst.size()};
-    n = process_vm_readv(pid, &l2, 1, &r2, 1, 0);
-    stats_.read_calls++;
-    if (n != static_cast<ssize_t>(dst.size())) return stats_.faults++, false;
-    stats_.read_bytes += n;
-    return true;
+    return read_direct(pid, addr, dst);
   }
   w.base = addr;
   w.len = static_cast<size_t>(n);
@@ -127,6 +135,8 @@ bool ProcessDma::flush_owner(fw::OwnerId owner, PendingWrites& w) {
   w.bytes = 0;
   return ok;
 }
+
+bool ProcessDma::commit(fw::OwnerId owner) { return flush_pending(owner); }
 
 void ProcessDma::flush() {
   for (auto& [owner, w] : pending_) flush_owner(owner, w);

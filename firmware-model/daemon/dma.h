@@ -6,12 +6,18 @@
 //   - writes are queued and issued as one vectored call per client per batch
 //     (flush()), up to kMaxIov segments; a read from the same client first
 //     flushes, so a READ after a WRITE sees the written data;
-//   - reads go through a per-client read-ahead window (up to kReadAhead
-//     bytes; 16x the request for a new stream, doubling while reads stay
-//     sequential): segmenting a 64 KiB message at 1 KiB MTU costs a few
-//     calls, not 64, and an 8-byte message copies 4 KiB, not 64. The
-//     window is dropped whenever that client posts new work (invalidate()),
-//     because the application may rewrite a buffer before reposting it.
+//   - read() copies memory as it is now: responder READs and atomics see
+//     the target's latest stores (hal.h §Freshness). No cache serves them;
+//   - read_payload() (a posted request's payload) goes through a per-client
+//     read-ahead window (up to kReadAhead bytes; 16x the request for a new
+//     stream, doubling while reads stay sequential): segmenting a 64 KiB
+//     message at 1 KiB MTU costs a few calls, not 64, and an 8-byte
+//     message copies 4 KiB, not 64. The window is dropped whenever that
+//     client posts new work (invalidate()), because the application may
+//     rewrite a buffer before reposting it, and whenever this daemon writes
+//     into it;
+//   - commit(owner) flushes that client's queued writes and reports whether
+//     every one landed (hal.h §Placement).
 // The engine has already checked keys, bounds and access: this class only
 // performs the copy, and reports failure when the process is gone.
 #pragma once
@@ -44,7 +50,9 @@ class ProcessDma : public fw::DmaInterface {
   explicit ProcessDma(std::function<pid_t(fw::OwnerId)> pid_of);
 
   bool read(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override;
+  bool read_payload(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override;
   bool write(fw::OwnerId owner, uint64_t addr, std::span<const uint8_t> src) override;
+  bool commit(fw::OwnerId owner) override;
 
   void flush();                       // issue queued writes
   // Writes whose source lies in [base, base+len) reference it in place
@@ -78,6 +86,8 @@ class ProcessDma : public fw::DmaInterface {
     size_t bytes = 0;
   };
   bool flush_owner(fw::OwnerId owner, PendingWrites& w);
+  bool flush_pending(fw::OwnerId owner);  // this owner's queued writes, if any
+  bool read_direct(pid_t pid, uint64_t addr, std::span<uint8_t> dst);
 
   std::function<pid_t(fw::OwnerId)> pid_of_;
   std::unordered_map<fw::OwnerId, Window> windows_;

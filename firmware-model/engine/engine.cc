@@ -114,7 +114,7 @@ bool sgl_walk(const Sge* sg, uint32_t n, uint64_t offset, size_t len, F&& f) {
 bool sgl_read(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
               std::span<uint8_t> dst) {
   return sgl_walk(sg, n, offset, dst.size(), [&](uint64_t addr, size_t at, size_t k) {
-    return c.hal().dma.read(owner, addr, dst.subspan(at, k));
+    return c.hal().dma.read_payload(owner, addr, dst.subspan(at, k));
   });
 }
 

@@ -44,13 +44,32 @@ class PacketPortInterface {
 // The DMA engine: reads and writes of host memory in the address space of
 // `owner` (the process that registered the MR). The engine has already
 // checked keys, bounds and access; a false return means the host could not
-// perform the access (the process is gone): the engine reports a local or
-// remote operation error.
+// perform the access (the process is gone, the page is unmapped): the engine
+// reports a local or remote operation error.
+//
+// Freshness: read() returns host memory as it is at the moment of the call,
+// as a NIC reads host memory when it serves a request. The engine uses it
+// for everything a remote peer or the host CPU may change at any time:
+// responder READs and atomics. read_payload() gathers the payload of a work
+// request the owner has posted; verbs forbid changing such a buffer until
+// the request completes, so a host may serve it from a read-ahead window
+// filled after the request was posted. Its default is read().
+//
+// Placement: write() may queue the copy. commit(owner) makes every write
+// queued for `owner` land and returns false if any did not. The engine
+// calls commit() before it acknowledges placed data, answers an atomic or
+// completes a receive, so it never acknowledges data that was not placed
+// (docs/security.md); a false return becomes a remote access error for
+// that operation. A host whose write() is synchronous keeps the default.
 class DmaInterface {
  public:
   virtual ~DmaInterface() = default;
   virtual bool read(OwnerId owner, uint64_t addr, std::span<uint8_t> dst) = 0;
+  virtual bool read_payload(OwnerId owner, uint64_t addr, std::span<uint8_t> dst) {
+    return read(owner, addr, dst);
+  }
   virtual bool write(OwnerId owner, uint64_t addr, std::span<const uint8_t> src) = 0;
+  virtual bool commit(OwnerId owner) { return true; }
 };
 
 // Completions and asynchronous events. complete() returns false when the

@@ -187,6 +187,7 @@ class Core {
 };
 
 // Gathers/scatters message bytes [offset, offset+dst.size()) through an SGL.
+// sgl_read gathers a posted work request's payload (DmaInterface::read_payload).
 bool sgl_read(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
               std::span<uint8_t> dst);
 bool sgl_write(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
