@@ -177,3 +177,19 @@ TEST_CASE("neighbour resolution: no route is unreachable") {
   CHECK(f.mon->resolve(ip("192.0.2.77"), &m) == Resolve::kUnreachable);
   CHECK(f.mon->resolve(ip("10.78.0.1"), &m) == Resolve::kUnreachable);  // our own address: local route via lo
 }
+
+// GID 0 (the EUI-64 link-local GID) resolves from the GID itself, with no
+// neighbour entry and no discovery, as kernel RoCE does: a QP using it works
+// from its first packet, also while DAD keeps the address tentative.
+TEST_CASE("neighbour resolution: an EUI-64 link-local destination resolves from its address") {
+  Fixture f;
+  proto::MacAddr peer_mac = mac(env("NL_PEER_MAC")), m{};
+  proto::IpAddr gid = daemon::net::link_local_gid(peer_mac);
+  CHECK(f.mon->resolve(gid, &m) == Resolve::kResolved);
+  CHECK(m == peer_mac);
+  // Not EUI-64 (no ff:fe) or not fe80::/64: the ordinary path.
+  CHECK_FALSE(daemon::net::mac_from_link_local(ip("fe80::1"), &m));
+  CHECK_FALSE(daemon::net::mac_from_link_local(ip("fe80:1::200:ff:fe00:1"), &m));
+  CHECK_FALSE(daemon::net::mac_from_link_local(ip("2001:db8::200:ff:fe00:1"), &m));
+  CHECK_FALSE(daemon::net::mac_from_link_local(ip("10.78.0.2"), &m));
+}

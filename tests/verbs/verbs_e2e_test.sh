@@ -102,6 +102,35 @@ t_pingpong_events() {
   pair pingpong_e "launch_a --sysfs-root $MROCE_SYSFS_A ibv_rc_pingpong -d $MROCE_DEV_A -g $GID_A -e -s 4096 -n 200" \
        "launch_b --sysfs-root $MROCE_SYSFS_B ibv_rc_pingpong -d $MROCE_DEV_B -g $GID_B -e -s 4096 -n 200"
 }
+# GID 0 is the EUI-64 link-local GID, the default of many tools. It must work
+# from the first packet: restart DAD (30 probes, so the addresses stay
+# tentative for the whole case, when the kernel cannot yet use them for
+# neighbour discovery) and run pingpong over GID 0 at once.
+port_active() {  # in_a|in_b dev: waits up to 30 s for PORT_ACTIVE
+  local end=$((SECONDS + 30))
+  until "$1" ibv_devinfo -d "$2" 2>/dev/null | grep -q PORT_ACTIVE; do
+    [ $SECONDS -lt $end ] || e2e_fail "$2: port not active after 30 s"
+    sleep 0.1
+  done
+}
+
+t_pingpong_gid0_tentative() {
+  local ns ifn
+  for ns in a b; do
+    if [ $ns = a ]; then ns=$MROCE_NS_A ifn=$MROCE_IF_A; else ns=$MROCE_NS_B ifn=$MROCE_IF_B; fi
+    ip netns exec "$ns" sh -c "echo 30 > /proc/sys/net/ipv6/conf/$ifn/dad_transmits" || e2e_fail "cannot set dad_transmits"
+    ip -n "$ns" link set "$ifn" down; ip -n "$ns" link set "$ifn" up
+  done
+  ip -n "$MROCE_NS_A" -6 addr show dev "$MROCE_IF_A" | grep -q 'scope link tentative' ||
+    e2e_fail "the link-local address is not tentative: the case would not test the first packet"
+  port_active in_a "$MROCE_DEV_A"; port_active in_b "$MROCE_DEV_B"
+  pair pingpong_gid0 "in_a ibv_rc_pingpong -d $MROCE_DEV_A -g 0 -n 100" \
+       "in_b ibv_rc_pingpong -d $MROCE_DEV_B -g 0 -n 100"
+  grep -q 'GID fe80::' "$E2E_RUN_DIR/pingpong_gid0.client.log" || e2e_fail "GID 0 is not the link-local GID"
+  ip -n "$MROCE_NS_A" -6 addr show dev "$MROCE_IF_A" | grep -q 'scope link tentative' ||
+    e2e_fail "DAD ended during the case: it no longer shows the first-packet behaviour"
+}
+
 perf() {  # tool extra-args
   local tool=$1; shift
   pair "$tool" "in_a $tool -d $MROCE_DEV_A -x $GID_A $*" "in_b $tool -d $MROCE_DEV_B -x $GID_B $*"
@@ -151,6 +180,7 @@ e2e_case ibv_devinfo_roce_v2 t_devinfo
 e2e_case comp_channel_without_launcher_fails_cleanly t_channel_without_launcher
 e2e_case rc_pingpong_sizes t_pingpong
 e2e_case rc_pingpong_events_under_launcher t_pingpong_events
+e2e_case rc_pingpong_gid0_while_link_local_is_tentative t_pingpong_gid0_tentative
 e2e_case ib_write_bw t_write_bw
 e2e_case ib_read_bw t_read_bw
 e2e_case ib_send_bw t_send_bw

@@ -110,6 +110,7 @@ class Monitor final : public NetlinkMonitor {
   }
 
   Resolve resolve(const proto::IpAddr& dst, proto::MacAddr* mac) override {
+    if (mac_from_link_local(dst, mac)) return Resolve::kResolved;
     proto::IpAddr nexthop;
     int oif = 0;
     if (!route_get(dst, &nexthop, &oif) || oif != ifindex_) return Resolve::kUnreachable;
@@ -269,6 +270,14 @@ proto::IpAddr link_local_gid(const proto::MacAddr& m) {
   proto::IpAddr g;
   g.bytes = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, static_cast<uint8_t>(m[0] ^ 0x02), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
   return g;
+}
+
+bool mac_from_link_local(const proto::IpAddr& ip, proto::MacAddr* mac) {
+  const auto& b = ip.bytes;
+  bool prefix = b[0] == 0xfe && b[1] == 0x80 && std::all_of(b.begin() + 2, b.begin() + 8, [](uint8_t x) { return x == 0; });
+  if (!prefix || b[11] != 0xff || b[12] != 0xfe) return false;
+  *mac = {static_cast<uint8_t>(b[8] ^ 0x02), b[9], b[10], b[13], b[14], b[15]};
+  return true;
 }
 
 std::unique_ptr<NetlinkMonitor> NetlinkMonitor::open(const std::string& ifname, NetlinkMonitorVisitor* visitor,

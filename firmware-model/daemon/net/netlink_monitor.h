@@ -90,5 +90,11 @@ class NetlinkMonitor {
 
 // fe80::/64 + EUI-64 of mac.
 proto::IpAddr link_local_gid(const proto::MacAddr& mac);
+// The inverse: the MAC inside an EUI-64 link-local address (fe80::/64 with
+// ff:fe in the middle), false for any other address. resolve() answers such
+// destinations from the address itself, as the kernel's RoCE stack does
+// (rdma_get_ll_mac): no neighbour discovery, so GID 0 works from the first
+// packet, even while the local link-local address is still tentative (DAD).
+bool mac_from_link_local(const proto::IpAddr& ip, proto::MacAddr* mac);
 
 }  // namespace metaroce::daemon::net
