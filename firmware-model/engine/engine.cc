@@ -391,8 +391,9 @@ int Engine::reg_mr(OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length, 
   Pd* pd = nullptr;
   if (int e = Impl::owned(impl_->pds, owner, pdn, &pd)) return e;
   if (length > caps().max_mr_size) return EINVAL;
-  uint8_t key = static_cast<uint8_t>(impl_->core.hal().random.next());
-  if (int e = impl_->core.mrs().reg(owner, pdn, addr, length, access, key, keys)) return e;
+  if (int e = impl_->core.mrs().reg(owner, pdn, addr, length, access, impl_->core.hal().random,
+                                    keys))
+    return e;
   ++pd->refs;
   return 0;
 }
