@@ -53,7 +53,83 @@ void Core::activate(Qp& qp) {
   active_.push_back(&qp);
 }
 
+void Core::placed_request(Qp& qp, uint32_t psn, bool recv, uint32_t recv_msn) {
+  if (!qp.placed) {
+    qp.placed = true;
+    qp.placed_psn = psn;
+  }
+  auto& r = qp.placed_recvs;
+  if (recv && std::find(r.begin(), r.end(), recv_msn) == r.end()) r.push_back(recv_msn);
+  if (!qp.in_uncommitted) {
+    qp.in_uncommitted = true;
+    uncommitted_.push_back(&qp);
+  }
+}
+
+void Core::placed_response(Qp& qp, uint32_t wqe_seq) {
+  if (!qp.rd_placed) {
+    qp.rd_placed = true;
+    qp.rd_placed_seq = wqe_seq;
+  }
+  if (!qp.in_uncommitted) {
+    qp.in_uncommitted = true;
+    uncommitted_.push_back(&qp);
+  }
+}
+
+bool Core::commit(OwnerId owner) {
+  bool any = false;
+  for (const Qp* q : uncommitted_) any = any || q->owner == owner;
+  if (!any) return true;
+  bool ok = hal_.dma.commit(owner);
+  // Take every QP of the owner off the list before failing any: failing
+  // one may commit again (qp_to_error), and must not see them as clean.
+  for (size_t i = 0; i < uncommitted_.size();) {
+    Qp* q = uncommitted_[i];
+    if (q->owner != owner) {
+      ++i;
+      continue;
+    }
+    uncommitted_[i] = uncommitted_.back();
+    uncommitted_.pop_back();
+    q->in_uncommitted = false;
+    if (ok) {
+      q->placed = q->rd_placed = false;
+      q->placed_recvs.clear();
+    } else {
+      failing_.push_back(q);
+    }
+  }
+  while (!failing_.empty()) {
+    Qp* q = failing_.back();
+    failing_.pop_back();
+    placement_failed(*q);
+  }
+  return ok;
+}
+
+void Core::placement_failed(Qp& qp) {
+  bool rd = qp.rd_placed;
+  uint32_t seq = qp.rd_placed_seq;
+  qp.rd_placed = false;
+  if (rd && proto::seq_lt(seq, qp.sq_tail) && !proto::seq_lt(seq, qp.sq_head)) {
+    bump(&qp, &Counters::local_errors);
+    qp.sqe(seq).status = WcStatus::kLocAccessErr;
+  }
+  if (qp.placed) responder::placement_failed(*this, qp);  // NACK, QP to ERR
+  if (rd) completer::fail(*this, qp, seq, WcStatus::kLocAccessErr);
+}
+
+void Core::forget(Qp& qp) {
+  std::erase(uncommitted_, &qp);
+  std::erase(failing_, &qp);
+  qp.in_uncommitted = false;
+}
+
 void Core::qp_to_error(Qp& qp) {
+  if (qp.state == QpState::kErr) return;
+  // Receives below complete; their data must have landed (or they fail).
+  if (qp.in_uncommitted) commit(qp.owner);
   if (qp.state == QpState::kErr) return;
   qp.state = QpState::kErr;
   // Send queue, in order: an errored WQE keeps its status, the rest flush.
@@ -113,6 +189,7 @@ bool sgl_walk(const Sge* sg, uint32_t n, uint64_t offset, size_t len, F&& f) {
 
 bool sgl_read(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
               std::span<uint8_t> dst) {
+  c.commit(owner);  // a host read may flush queued writes: learn their fate first
   return sgl_walk(sg, n, offset, dst.size(), [&](uint64_t addr, size_t at, size_t k) {
     return c.hal().dma.read_payload(owner, addr, dst.subspan(at, k));
   });
@@ -208,6 +285,9 @@ struct Engine::Impl {
     qp.ce_count = 0;
     qp.comm_est = false;
     qp.has_fatal_nack = false;
+    qp.placed = qp.rd_placed = false;
+    qp.placed_recvs.clear();
+    core.forget(qp);
   }
 
   int make_cc(Qp& qp) {
@@ -273,6 +353,7 @@ struct Engine::Impl {
     if (Cq* cq = cqs.get(qp.init.send_cqn)) --cq->refs;
     if (Cq* cq = cqs.get(qp.init.recv_cqn)) --cq->refs;
     core.credit()->forget(qp.qpn);
+    core.forget(qp);
     auto& act = core.active();
     act.erase(std::remove(act.begin(), act.end(), &qp), act.end());
     uint32_t i = qp.qpn & kQpIndexMask;

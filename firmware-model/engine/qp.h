@@ -140,6 +140,14 @@ struct Qp {
   bool has_fatal_nack = false;  // responder error: answer everything with this
   proto::Nackh fatal_nack;
 
+  // ---- host writes not yet committed (hal.h §Placement, Core::commit) ----
+  bool placed = false;          // responder: request data or an atomic written
+  uint32_t placed_psn = 0;      // the first such request since the last commit
+  std::vector<uint32_t> placed_recvs;  // receives (by MSN) those requests filled
+  bool rd_placed = false;       // requester: READ data or an atomic result written
+  uint32_t rd_placed_seq = 0;   // the first such WQE since the last commit
+  bool in_uncommitted = false;  // on Core::uncommitted_
+
   bool in_active = false;  // on Core::active
 };
 
@@ -171,6 +179,21 @@ class Core {
   void qp_to_error(Qp& qp);
   // Puts qp on the list pump() serves.
   void activate(Qp& qp);
+  // Placement (hal.h §Placement). The responder records each request whose
+  // data it wrote (recv: the receive it fills, or null); the requester each
+  // READ/atomic WQE whose response it wrote. Nothing is acknowledged or
+  // completed on the strength of such a write before commit() says it landed.
+  void placed_request(Qp& qp, uint32_t psn, bool recv, uint32_t recv_msn);
+  void placed_response(Qp& qp, uint32_t wqe_seq);
+  // Commits owner's queued writes (DmaInterface::commit), if any QP of the
+  // owner wrote since its last commit. On failure the engine cannot tell
+  // whose write failed, so every QP of the owner with uncommitted writes
+  // fails them: the responder NACKs the first such request REMOTE_ACCESS_ERROR
+  // and goes to ERR, the requester completes the WQE kLocAccessErr. Returns
+  // false then. The requester and responder call it before every DMA read
+  // too: a host read may flush queued writes and lose their failure.
+  bool commit(OwnerId owner);
+  void forget(Qp& qp);  // qp is being destroyed
   std::vector<Qp*>& active() { return active_; }
   std::vector<uint32_t>& overflowed_cqs() { return overflowed_cqs_; }
 
@@ -184,6 +207,9 @@ class Core {
   std::vector<uint8_t> lost_paths_;
   std::vector<Qp*> active_;
   std::vector<uint32_t> overflowed_cqs_;
+  std::vector<Qp*> uncommitted_;  // QPs with writes not yet committed
+  std::vector<Qp*> failing_;      // commit() failed: their writes are lost
+  void placement_failed(Qp& qp);
 };
 
 // Gathers/scatters message bytes [offset, offset+dst.size()) through an SGL.
@@ -213,6 +239,8 @@ bool has_work(const Qp& qp);
 namespace responder {
 void on_request(Core& c, Qp& qp, const proto::Frame& f);
 void send_ack(Core& c, Qp& qp, bool dup);
+// Core::commit failed for qp's placed requests: NACK, receives in error, ERR.
+void placement_failed(Core& c, Qp& qp);
 // Sends READ responses as pacing allows; returns packets sent.
 uint32_t run(Core& c, Qp& qp, uint32_t budget);
 }  // namespace responder
