@@ -45,6 +45,8 @@ void emit(Core& c, Qp& qp, SendWqe& w, WcStatus status) {
   bool signaled = status != WcStatus::kSuccess || (w.wr.send_flags & kSendSignaled) ||
                   qp.init.sq_sig_all;
   if (w.is_rd() && w.started && qp.rd_outstanding > 0) --qp.rd_outstanding;
+  if (w.wr.opcode == WrOpcode::kRdmaRead && w.started) qp.rd_bytes -= std::min<uint64_t>(qp.rd_bytes, w.length);
+  w.release_read_state();
   if (!signaled) return;
   Completion wc;
   wc.wr_id = w.wr.wr_id;

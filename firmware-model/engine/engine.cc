@@ -140,6 +140,7 @@ void Core::qp_to_error(Qp& qp) {
     wc.status = w.status != WcStatus::kSuccess ? w.status : WcStatus::kWrFlushErr;
     wc.qp_num = qp.qpn;
     wc.src_qp = qp.attr.dest_qp_num;
+    w.release_read_state();
     complete(qp, qp.init.send_cqn, wc);
   }
   qp.sq_head = qp.sq_next = qp.sq_tail;
@@ -160,6 +161,7 @@ void Core::qp_to_error(Qp& qp) {
   qp.rq_head = qp.rq_tail;
   qp.sb.reset(qp.sb.nxt());
   qp.rd_outstanding = 0;
+  qp.rd_bytes = 0;
   qp.reads.clear();
   qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
   qp.tlp_deadline = qp.read_deadline = kNever;
@@ -275,6 +277,8 @@ struct Engine::Impl {
     qp.sb.reset(0);
     qp.rtt = RttEstimator{};
     qp.next_recv_msn = qp.next_rd_msn = qp.rd_outstanding = 0;
+    qp.rd_bytes = 0;
+    for (SendWqe& w : qp.sq) w.release_read_state();
     qp.credit = qp.retries = qp.backoff = 0;
     qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
     qp.tlp_deadline = qp.read_deadline = kNever;
@@ -611,7 +615,7 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
   if (inl && (wr.inline_data.size() > qp->init.cap.max_inline_data ||
               wr.opcode == WrOpcode::kRdmaRead || atomic))
     return EINVAL;
-  if (!inl && wr.num_sge > qp->init.cap.max_send_sge) return EINVAL;
+  if (!inl && (wr.num_sge > qp->init.cap.max_send_sge || !wr.inline_data.empty())) return EINVAL;
   if (atomic && (wr.num_sge != 1 || wr.sg[0].length != 8)) return EINVAL;
   if (qp->state == QpState::kErr) {  // IB: posted to an errored QP = flushed at once
     Completion wc;
@@ -632,13 +636,12 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
   w.length = static_cast<uint32_t>(std::min<uint64_t>(len, UINT32_MAX));
   w.msn = w.sent = w.max_psn = 0;
   w.started = w.all_sent = w.response_done = false;
-  w.status = len > caps().max_msg_size ? WcStatus::kLocLenErr : WcStatus::kSuccess;
-  w.chunks_got = 0;
   w.read_check = kNever;
-  w.chunks_total = wr.opcode == WrOpcode::kRdmaRead
-                       ? std::max<uint32_t>(1, (w.length + kReadChunk - 1) / kReadChunk)
-                       : 0;
-  w.chunks.assign((w.chunks_total + 63) / 64, 0);
+  w.release_read_state();  // READ tracking is allocated when the WQE starts
+  // Validated now; a WQE that fails completes with its status in posting
+  // order and moves the QP to ERR (requester::start_wqe, completer::drain).
+  w.status = len > caps().max_msg_size ? WcStatus::kLocLenErr
+                                       : requester::check_local(impl_->core, *qp, w);
   ++qp->sq_tail;
   impl_->core.activate(*qp);
   return 0;
@@ -748,6 +751,25 @@ void Engine::pump() {
 }
 
 const Counters& Engine::counters() const { return impl_->core.counters(); }
+
+int Engine::qp_memory(uint32_t qpn, uint64_t* used, uint64_t* bound) const {
+  const Qp* q = impl_->find_qp(qpn);
+  if (!q) return ENOENT;
+  uint64_t u = sizeof(Qp) + q->sq.capacity() * sizeof(SendWqe) + q->rq.capacity() * sizeof(RecvWqe);
+  for (const SendWqe& w : q->sq)
+    u += w.chunks.capacity() * sizeof(uint64_t) + w.wr.inline_data.capacity();
+  u += q->sb.memory_bytes() + q->placed_recvs.capacity() * sizeof(uint32_t);
+  *used = u;
+  // docs/engine.md §Memory bounds, term by term.
+  const DeviceCaps& c = caps();
+  uint64_t sq = q->sq.size(), rq = q->rq.size();
+  uint64_t live_reads = std::max<uint64_t>(kMaxReadBytes, c.max_msg_size) / (kReadChunk * 8) +
+                        uint64_t{c.max_qp_rd_atom} * sizeof(uint64_t);
+  *bound = sizeof(Qp) + sq * (sizeof(SendWqe) + c.max_inline + kKeepChunkWords * sizeof(uint64_t)) +
+           rq * sizeof(RecvWqe) + live_reads + SendScoreboard::kMaxBytes +
+           4 * kAckEvery * sizeof(uint32_t);
+  return 0;
+}
 
 int Engine::qp_counters(uint32_t qpn, Counters* out) const {
   Qp* qp = impl_->find_qp(qpn);

@@ -25,6 +25,12 @@ inline constexpr uint32_t kReadChunk = 256;   // READ data tracked in 256-byte c
 inline constexpr uint32_t kRdSlots = 32;      // > max_qp_rd_atom: READ/atomic msn -> WQE
 inline constexpr uint32_t kAtomicCache = 64;  // responder: executed atomics, by PSN
 inline constexpr uint32_t kAckEvery = 2;      // ACK at least every this many packets
+// Memory bounds (docs/engine.md §Memory bounds). A READ starts only while
+// the READs outstanding on the QP total at most kMaxReadBytes (or none is
+// outstanding), so their chunk bitmaps hold at most kMaxReadBytes / 2048
+// bytes; a finished WQE keeps at most kKeepChunkWords of bitmap capacity.
+inline constexpr uint64_t kMaxReadBytes = uint64_t{1} << 31;
+inline constexpr uint32_t kKeepChunkWords = 16;  // READs up to 256 KiB reuse it
 
 struct SendWqe {
   SendWr wr;
@@ -43,6 +49,12 @@ struct SendWqe {
   bool is_rd() const {
     return wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpSwap ||
            wr.opcode == WrOpcode::kAtomicFetchAdd;
+  }
+  // The WQE is done: drop READ tracking beyond what a small READ reuses.
+  void release_read_state() {
+    chunks_total = chunks_got = 0;
+    if (chunks.capacity() > kKeepChunkWords) std::vector<uint64_t>().swap(chunks);
+    else chunks.clear();
   }
 };
 
@@ -105,6 +117,7 @@ struct Qp {
   uint32_t next_recv_msn = 0;  // receive-consuming messages started
   uint32_t next_rd_msn = 0;    // READ/atomic messages started
   uint32_t rd_outstanding = 0;
+  uint64_t rd_bytes = 0;  // message bytes of the READs outstanding (<= kMaxReadBytes + one)
   std::array<uint32_t, kRdSlots> rd_slot{};  // rd msn % kRdSlots -> WQE seq
   uint32_t credit = 0;   // peer's latest grant in packets (0 = no limit)
   uint32_t retries = 0;  // consecutive timeouts without progress
@@ -233,6 +246,9 @@ void on_tlp(Core& c, Qp& qp);
 void on_read_check(Core& c, Qp& qp);
 // (Re)arms the retransmission timer from the current state.
 void arm_rto(Core& c, Qp& qp, bool restart);
+// Local checks of a WQE (at post and again when it starts: the MR may be
+// gone by then): lkeys, bounds and access of its SGEs, message size.
+WcStatus check_local(Core& c, const Qp& qp, const SendWqe& w);
 bool has_work(const Qp& qp);
 }  // namespace requester
 
