@@ -3,11 +3,13 @@
 #include "firmware-model/uapi/convert.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace metaroce::daemon {
@@ -57,7 +59,6 @@ Device::Device(const DeviceConfig& config, io::PacketIo* io, LinkInterface* link
       io_(io),
       link_(link),
       doorbell_fd_(doorbell_fd),
-      rng_(std::random_device{}()),
       dma_([this](fw::OwnerId o) {
         auto it = clients_.find(o);
         return it == clients_.end() ? pid_t{-1} : it->second.pid;
@@ -65,6 +66,20 @@ Device::Device(const DeviceConfig& config, io::PacketIo* io, LinkInterface* link
   engine_ = std::make_unique<fw::Engine>(
       config_.engine, fw::Hal{*this, *this, dma_, *this, *this});
   rx_batch_.resize(64);
+}
+
+uint64_t Device::next() {
+  if (random_left_ == 0) {
+    auto* buf = reinterpret_cast<uint8_t*>(random_.data());
+    size_t got = 0;
+    while (got < sizeof random_) {
+      ssize_t n = getrandom(buf + got, sizeof random_ - got, 0);
+      if (n > 0) got += static_cast<size_t>(n);
+      else if (errno != EINTR) std::abort();  // no entropy source: refusing weak keys
+    }
+    random_left_ = random_.size();
+  }
+  return random_[--random_left_];
 }
 
 Device::~Device() {

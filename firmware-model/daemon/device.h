@@ -9,12 +9,12 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -140,7 +140,9 @@ class Device : fw::ClockInterface,
   void send(const fw::OutPacket& p) override;
   bool complete(uint32_t cqn, const fw::Completion& wc) override;
   void async_event(fw::EventType type, uint32_t element) override;
-  uint64_t next() override { return rng_(); }
+  // Keys and path seeds: getrandom(2), read in batches (MR keys must not
+  // be guessable from earlier ones, docs/engine.md §Objects).
+  uint64_t next() override;
 
   int poll_rx();
   int poll_rings();
@@ -171,7 +173,8 @@ class Device : fw::ClockInterface,
   io::PacketIo* io_;
   LinkInterface* link_;
   int doorbell_fd_;
-  std::mt19937_64 rng_;
+  std::array<uint64_t, 64> random_{};
+  size_t random_left_ = 0;
   ProcessDma dma_;
   std::unique_ptr<fw::Engine> engine_;
   std::map<fw::OwnerId, Client> clients_;

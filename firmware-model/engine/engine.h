@@ -111,6 +111,9 @@ class Engine {
   // ---- observability ----
   const Counters& counters() const;
   int qp_counters(uint32_t qpn, Counters* out) const;
+  // Bytes a QP's state holds now, and the bound it never exceeds
+  // (docs/engine.md §Memory bounds). ENOENT if no such QP.
+  int qp_memory(uint32_t qpn, uint64_t* used, uint64_t* bound) const;
   std::vector<uint32_t> qp_numbers() const;
   // One line of a QP's transport state for logs and tests ("" if no such QP).
   std::string describe_qp(uint32_t qpn) const;

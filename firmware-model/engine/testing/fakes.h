@@ -41,22 +41,52 @@ class FakeRandom : public RandomInterface {
 };
 
 // Addresses are real pointers; an owner marked dead fails every access.
+// Writes overlapping a range of bad_writes never land: write() returns false,
+// or, with fail_on_commit, it reports success (a queued write) and the next
+// commit() of that owner returns false, as a host whose flush faults does.
+// Accesses overlapping `watch` are counted (e.g. memory whose MR is gone).
 class FakeDma : public DmaInterface {
  public:
+  struct Range {
+    uint64_t addr = 0, len = 0;
+    bool overlaps(uint64_t a, size_t n) const { return n && a < addr + len && addr < a + n; }
+  };
   bool read(OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override {
+    if (watch.overlaps(addr, dst.size())) ++watch_hits;
     if (dead.count(owner)) return false;
     if (!dst.empty()) std::memcpy(dst.data(), reinterpret_cast<const void*>(addr), dst.size());
     ++reads;
     return true;
   }
   bool write(OwnerId owner, uint64_t addr, std::span<const uint8_t> src) override {
+    if (watch.overlaps(addr, src.size())) ++watch_hits;
     if (dead.count(owner)) return false;
+    for (const Range& r : bad_writes) {
+      if (!r.overlaps(addr, src.size())) continue;
+      ++failed_writes;
+      if (!fail_on_commit) return false;
+      lost.insert(owner);
+      return true;
+    }
     if (!src.empty()) std::memcpy(reinterpret_cast<void*>(addr), src.data(), src.size());
     ++writes;
     return true;
   }
+  bool commit(OwnerId owner) override {
+    ++commits;
+    bool ok = !lost.erase(owner) && !dead.count(owner);
+    if (!ok) ++failed_commits;
+    return ok;
+  }
   std::set<OwnerId> dead;
-  uint64_t reads = 0, writes = 0;
+  std::vector<Range> bad_writes;
+  bool fail_on_commit = false;
+  Range watch;
+  uint64_t watch_hits = 0;
+  uint64_t reads = 0, writes = 0, failed_writes = 0, commits = 0, failed_commits = 0;
+
+ private:
+  std::set<OwnerId> lost;  // owners with a write lost since their last commit
 };
 
 const char* status_name(WcStatus s);
