@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "firmware-model/daemon/client_memory.h"
 #include "firmware-model/daemon/dma.h"
 #include "firmware-model/daemon/io/packet_io.h"
 #include "firmware-model/daemon/shm_ring.h"
@@ -55,6 +56,7 @@ struct DaemonCounters {
   uint64_t ctrl_requests = 0, ctrl_errors = 0, ctrl_malformed = 0;
   uint64_t clients_opened = 0, clients_closed = 0;
   uint64_t tx_drop_no_neighbor = 0, tx_drop_ring_full = 0, tx_drop_too_big = 0;
+  uint64_t reg_mr_refused = 0;  // range not mapped with that access, or unsafe memory
   uint64_t wqe_rejected = 0;     // ring entries the engine refused (error CQE written)
   uint64_t cq_events = 0, cq_event_write_failed = 0;
   uint64_t async_events = 0, async_event_write_failed = 0;
@@ -73,10 +75,14 @@ class Device : fw::ClockInterface,
   struct Client {
     fw::OwnerId id = 0;
     pid_t pid = -1;
+    std::unique_ptr<ClientMemory> memory;  // its address space, bound at connect
     uid_t uid = 0;
     int async_fd = -1;  // our end of the async event socketpair
     std::set<uint32_t> pds, mrs, cqs, qps;
   };
+  // memory: bound to the connecting process (ClientMemory::bind_peer).
+  Client* open_client(std::unique_ptr<ClientMemory> memory, uid_t uid, int async_fd);
+  // The process pid as it is now (in-process clients: the daemon's tests).
   Client* open_client(pid_t pid, uid_t uid, int async_fd);
   void close_client(fw::OwnerId id);  // tears down everything it owned
 

@@ -1,0 +1,227 @@
+// ProcessDma and ClientMemory against real processes: this test process and
+// children it forks (docs/daemon.md §DMA).
+#include "firmware-model/daemon/dma.h"
+
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <doctest/doctest.h>
+#include <vector>
+
+#include "firmware-model/daemon/client_memory.h"
+
+namespace metaroce::daemon {
+namespace {
+
+std::unique_ptr<ClientMemory> bind(pid_t pid) {
+  std::string why;
+  auto m = ClientMemory::bind_pid(pid, &why);
+  INFO(why);
+  REQUIRE(m);
+  return m;
+}
+
+// A page that nothing maps any more.
+uint64_t unmapped_page() {
+  void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  munmap(p, 4096);
+  return reinterpret_cast<uint64_t>(p);
+}
+
+TEST_CASE("flush_owner__a_failed_run_fails_commit_and_the_others_land") {
+  auto self = bind(getpid());
+  ProcessDma dma([&](fw::OwnerId) { return self.get(); });
+  std::vector<uint8_t> a(256, 0), b(256, 0), src(256, 0x5a);
+  uint64_t hole = unmapped_page();
+  CHECK(dma.write(1, reinterpret_cast<uint64_t>(a.data()), src));
+  CHECK(dma.write(1, hole, src));  // queued: the fault shows at commit
+  CHECK(dma.write(1, reinterpret_cast<uint64_t>(b.data()), src));
+  CHECK_FALSE(dma.commit(1));
+  CHECK(a == src);
+  CHECK(b == src);
+  CHECK(dma.stats().write_faults == 1);
+  CHECK(dma.stats().faults == 1);
+  CHECK(dma.stats().write_bytes == 512);
+  // The failure was reported once; the next batch stands on its own.
+  CHECK(dma.write(1, reinterpret_cast<uint64_t>(a.data()), src));
+  CHECK(dma.commit(1));
+}
+
+// flush() at the end of a loop pass issues writes whose ACK has not been
+// sent; a failure there must reach the commit() before that ACK.
+TEST_CASE("flush__a_failure_is_kept_for_the_next_commit") {
+  auto self = bind(getpid());
+  ProcessDma dma([&](fw::OwnerId) { return self.get(); });
+  std::vector<uint8_t> src(64, 1), other(64, 0);
+  CHECK(dma.write(1, unmapped_page(), src));
+  CHECK(dma.write(2, reinterpret_cast<uint64_t>(other.data()), src));
+  dma.flush();
+  CHECK(other == src);
+  CHECK(dma.commit(2));  // another client's failure is not this one's
+  CHECK_FALSE(dma.commit(1));
+  CHECK(dma.commit(1));
+}
+
+TEST_CASE("write__contiguous_pieces_from_separate_sources_are_one_call") {
+  auto self = bind(getpid());
+  ProcessDma dma([&](fw::OwnerId) { return self.get(); });
+  std::vector<uint8_t> mem(3000, 0), x(1000, 1), y(1000, 2), z(1000, 3);
+  uint64_t va = reinterpret_cast<uint64_t>(mem.data());
+  dma.set_stable_source(x.data(), x.size());  // x in place, y and z staged
+  CHECK(dma.write(1, va, x));
+  CHECK(dma.write(1, va + 1000, y));
+  CHECK(dma.write(1, va + 2000, z));
+  dma.set_stable_source(nullptr, 0);
+  CHECK(dma.commit(1));
+  CHECK(dma.stats().write_calls == 1);
+  CHECK(dma.stats().write_segments == 2);  // y and z share one staged piece
+  CHECK(std::equal(x.begin(), x.end(), mem.begin()));
+  CHECK(std::equal(z.begin(), z.end(), mem.begin() + 2000));
+}
+
+// A child that blocks until told, then execs cat (which waits on stdin).
+// The pipe to it is close-on-exec: EOF on `execd` means the exec happened.
+struct Child {
+  pid_t pid = -1;
+  int go = -1, execd = -1, cat_stdin = -1;
+  uint64_t value_addr = 0;
+
+  Child() {
+    int g[2], e[2], c[2];
+    REQUIRE(pipe2(g, O_CLOEXEC) == 0);
+    REQUIRE(pipe2(e, O_CLOEXEC) == 0);
+    REQUIRE(pipe2(c, O_CLOEXEC) == 0);
+    static uint64_t value = 0x1122334455667788;
+    value_addr = reinterpret_cast<uint64_t>(&value);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      char x;
+      if (read(g[0], &x, 1) != 1) _exit(1);
+      dup2(c[0], 0);
+      execl("/bin/cat", "cat", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(g[0]);
+    close(e[1]);
+    close(c[0]);
+    go = g[1], execd = e[0], cat_stdin = c[1];
+  }
+  void exec_now() {
+    REQUIRE(write(go, "x", 1) == 1);
+    char x;
+    REQUIRE(read(execd, &x, 1) == 0);  // EOF: the exec closed its end
+  }
+  ~Child() {
+    close(go);
+    close(execd);
+    close(cat_stdin);  // cat sees EOF and exits
+    waitpid(pid, nullptr, 0);
+  }
+};
+
+TEST_CASE("client_memory__exec_leaves_the_handle_gone_and_the_new_image_untouched") {
+  Child child;
+  auto mem = bind(child.pid);
+  uint64_t got = 0;
+  std::span<uint8_t> out(reinterpret_cast<uint8_t*>(&got), sizeof got);
+  REQUIRE(mem->read(child.value_addr, out));
+  CHECK(got == 0x1122334455667788);
+  child.exec_now();
+  // The pid still names a live process (the new image), but the handle
+  // was bound to the old address space: every copy fails.
+  CHECK_FALSE(mem->read(child.value_addr, out));
+  CHECK(mem->gone());
+  iovec piece{&got, sizeof got};
+  CHECK(mem->write(child.value_addr, {&piece, 1}, sizeof got) == 0);
+  ProcessDma dma([&](fw::OwnerId) { return mem.get(); });
+  std::vector<uint8_t> src(8, 0xee);
+  CHECK_FALSE(dma.write(1, child.value_addr, src));  // refused at once, not queued
+  CHECK_FALSE(dma.read(1, child.value_addr, out));
+  CHECK(dma.stats().gone == 2);
+  CHECK(dma.stats().write_calls == 0);
+  auto fresh = bind(child.pid);  // what a pid-based copy would reach
+  CHECK_FALSE(fresh->gone());
+}
+
+TEST_CASE("client_memory__exit_fails_cleanly") {
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    pause();
+    _exit(0);
+  }
+  auto mem = bind(pid);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  uint64_t got = 0;
+  CHECK_FALSE(mem->read(reinterpret_cast<uint64_t>(&got), {reinterpret_cast<uint8_t*>(&got), 8}));
+  CHECK(mem->gone());
+}
+
+TEST_CASE("check_range__unmapped_or_without_the_access_asked_for") {
+  auto self = bind(getpid());
+  std::string why;
+  CHECK(self->check_range(unmapped_page(), 4096, false, &why) == EFAULT);
+  CHECK(why.find("is not mapped in the client") != std::string::npos);
+  auto* ro = static_cast<uint8_t*>(
+      mmap(nullptr, 8192, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(ro != MAP_FAILED);
+  uint64_t va = reinterpret_cast<uint64_t>(ro);
+  CHECK(self->check_range(va, 8192, false, &why) == 0);
+  CHECK(self->check_range(va, 8192, true, &why) == EACCES);
+  CHECK(why.find("is not writable, and the MR asks for write access") != std::string::npos);
+  // Half mapped: the second page unmapped.
+  munmap(ro + 4096, 4096);
+  CHECK(self->check_range(va, 8192, false, &why) == EFAULT);
+  CHECK(why.find("0x" + [&] {
+          char b[24];
+          std::snprintf(b, sizeof b, "%lx", static_cast<unsigned long>(va + 4096));
+          return std::string(b);
+        }()) != std::string::npos);
+  munmap(ro, 4096);
+  CHECK(self->check_range(~0ull - 10, 100, false, &why) == EFAULT);
+  CHECK(why.find("wraps around") != std::string::npos);
+}
+
+TEST_CASE("check_range__spans_adjacent_mappings") {
+  auto self = bind(getpid());
+  auto* p = static_cast<uint8_t*>(
+      mmap(nullptr, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(p != MAP_FAILED);
+  REQUIRE(mprotect(p + 4096, 4096, PROT_READ | PROT_WRITE | PROT_EXEC) == 0);  // a 2nd VMA
+  std::string why;
+  CHECK(self->check_range(reinterpret_cast<uint64_t>(p) + 100, 3 * 4096 - 200, true, &why) == 0);
+  munmap(p, 3 * 4096);
+}
+
+TEST_CASE("check_range__refuses_userfaultfd_memory") {
+  int uffd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
+  if (uffd < 0) {
+    MESSAGE("userfaultfd unavailable: " << std::strerror(errno));
+    return;
+  }
+  uffdio_api api{UFFD_API, 0, 0};
+  REQUIRE(ioctl(uffd, UFFDIO_API, &api) == 0);
+  void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  uffdio_register reg{};
+  reg.range = {reinterpret_cast<uint64_t>(p), 4096};
+  reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+  REQUIRE(ioctl(uffd, UFFDIO_REGISTER, &reg) == 0);
+  auto self = bind(getpid());
+  std::string why;
+  CHECK(self->check_range(reinterpret_cast<uint64_t>(p), 4096, false, &why) == EACCES);
+  CHECK(why.find("registered with userfaultfd") != std::string::npos);
+  close(uffd);
+  munmap(p, 4096);
+}
+
+}  // namespace
+}  // namespace metaroce::daemon
