@@ -151,6 +151,11 @@ bool ProcessDma::flush_owner(PendingWrites& w) {
   return ok;
 }
 
+bool ProcessDma::owner_alive(fw::OwnerId owner) {
+  ClientMemory* mem = memory_of_(owner);
+  return mem && !mem->gone();
+}
+
 bool ProcessDma::commit(fw::OwnerId owner) {
   auto pw = pending_.find(owner);
   if (pw == pending_.end()) return true;

@@ -67,6 +67,7 @@ class ProcessDma : public fw::DmaInterface {
   bool read_payload(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override;
   bool write(fw::OwnerId owner, uint64_t addr, std::span<const uint8_t> src) override;
   bool commit(fw::OwnerId owner) override;
+  bool owner_alive(fw::OwnerId owner) override;
 
   void flush();                       // issue queued writes
   // Writes whose source lies in [base, base+len) reference it in place

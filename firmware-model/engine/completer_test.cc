@@ -82,6 +82,23 @@ TEST_CASE("completer__remote_access_error_when_responder_dma_fails") {
   CHECK(t.b.events.has_event(EventType::kQpAccessErr, t.b.qpn));
 }
 
+// A responder whose owner process is gone behaves as a destroyed QP: no
+// NACK (the data was not placed, and no access error is the peer's fault),
+// so the requester runs into its retry limit, as with a hardware NIC whose
+// driver tears down a dead process's QPs.
+TEST_CASE("completer__retry_exceeded_when_the_responder_owner_is_gone") {
+  Bench t;
+  t.connect_pair();
+  t.b.dma.gone.insert(Node::kOwner);
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 10)) == 0);
+  auto sc = drain(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "RETRY_EXC_ERR");
+  CHECK(t.b.engine->counters().rx_drop_owner_gone > 0);
+  CHECK(t.b.engine->counters().rx_nak_access == 0);
+  CHECK_FALSE(t.b.events.has_event(EventType::kQpAccessErr, t.b.qpn));
+}
+
 TEST_CASE("completer__modify_to_err_flushes_send_and_receive_queues") {
   Bench t;
   t.connect_pair();

@@ -116,6 +116,13 @@ void Core::placement_failed(Qp& qp) {
     bump(&qp, &Counters::local_errors);
     qp.sqe(seq).status = WcStatus::kLocAccessErr;
   }
+  if (qp.placed && !hal_.dma.owner_alive(qp.owner)) {
+    // Nothing is acknowledged, nothing NACKed: a dead owner's QP is as if
+    // destroyed (hal.h owner_alive); the host tears it down.
+    qp.placed = false;
+    qp.placed_recvs.clear();
+    bump(&qp, &Counters::rx_drop_owner_gone);
+  }
   if (qp.placed) responder::placement_failed(*this, qp);  // NACK, QP to ERR
   if (rd) completer::fail(*this, qp, seq, WcStatus::kLocAccessErr);
 }
@@ -705,6 +712,10 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
   }
   if (!from_peer(*qp, f.headers)) {
     c.bump(qp, &Counters::rx_drop_wrong_source);
+    return;
+  }
+  if (!c.hal().dma.owner_alive(qp->owner)) {  // as if destroyed (hal.h)
+    c.bump(qp, &Counters::rx_drop_owner_gone);
     return;
   }
   if (p.mbth.opcode == proto::Opcode::kProbe) {  // docs/protocol.md §8

@@ -413,6 +413,10 @@ State step(Core& c, Qp& qp, Req& r, State s) {
       c.bump(&qp, &Counters::rx_nak_invalid);
       return fatal(c, qp, r, proto::NackReason::kRemoteOperationError, EventType::kQpFatal);
     case State::kNakPlacement:  // the host write failed: a remote access error (hal.h)
+      if (!c.hal().dma.owner_alive(qp.owner)) {  // as if destroyed: no answer
+        c.bump(&qp, &Counters::rx_drop_owner_gone);
+        return State::kDone;
+      }
       c.bump(&qp, &Counters::rx_nak_access);
       return fatal(c, qp, r, proto::NackReason::kRemoteAccessError, EventType::kQpAccessErr);
     case State::kDone: break;

@@ -40,7 +40,9 @@ class FakeRandom : public RandomInterface {
   uint64_t s_;
 };
 
-// Addresses are real pointers; an owner marked dead fails every access.
+// Addresses are real pointers; an owner marked dead fails every access (its
+// memory is unmapped); an owner marked gone also fails every access and is
+// not alive any more (its process exited: hal.h owner_alive).
 // Writes overlapping a range of bad_writes never land: write() returns false,
 // or, with fail_on_commit, it reports success (a queued write) and the next
 // commit() of that owner returns false, as a host whose flush faults does.
@@ -53,14 +55,14 @@ class FakeDma : public DmaInterface {
   };
   bool read(OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override {
     if (watch.overlaps(addr, dst.size())) ++watch_hits;
-    if (dead.count(owner)) return false;
+    if (dead.count(owner) || gone.count(owner)) return false;
     if (!dst.empty()) std::memcpy(dst.data(), reinterpret_cast<const void*>(addr), dst.size());
     ++reads;
     return true;
   }
   bool write(OwnerId owner, uint64_t addr, std::span<const uint8_t> src) override {
     if (watch.overlaps(addr, src.size())) ++watch_hits;
-    if (dead.count(owner)) return false;
+    if (dead.count(owner) || gone.count(owner)) return false;
     for (const Range& r : bad_writes) {
       if (!r.overlaps(addr, src.size())) continue;
       ++failed_writes;
@@ -74,11 +76,12 @@ class FakeDma : public DmaInterface {
   }
   bool commit(OwnerId owner) override {
     ++commits;
-    bool ok = !lost.erase(owner) && !dead.count(owner);
+    bool ok = !lost.erase(owner) && !dead.count(owner) && !gone.count(owner);
     if (!ok) ++failed_commits;
     return ok;
   }
-  std::set<OwnerId> dead;
+  bool owner_alive(OwnerId owner) override { return !gone.count(owner); }
+  std::set<OwnerId> dead, gone;
   std::vector<Range> bad_writes;
   bool fail_on_commit = false;
   Range watch;
