@@ -6,10 +6,14 @@
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <doctest/doctest.h>
 #include <vector>
@@ -245,6 +249,57 @@ TEST_CASE("client_memory__a_userfaultfd_page_fails_instead_of_blocking") {
   close(ready[0]);
   close(ready[1]);
   close(done[0]);
+}
+
+// A peer whose credentials changed between connect() and the daemon's
+// accept (as after an exec of a setuid program) is refused; an unchanged
+// one is bound. The child connects as root, then drops to nobody.
+TEST_CASE("bind_peer__refuses_a_peer_whose_credentials_changed_since_connect") {
+  int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  REQUIRE(l >= 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "dma_test.%d", getpid());  // abstract
+  socklen_t alen = offsetof(sockaddr_un, sun_path) + 1 + std::strlen(a.sun_path + 1);
+  REQUIRE(bind(l, reinterpret_cast<sockaddr*>(&a), alen) == 0);
+  REQUIRE(listen(l, 4) == 0);
+  for (bool drop : {false, true}) {
+    int sync[2];
+    REQUIRE(pipe(sync) == 0);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      close(sync[0]);
+      int c = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+      if (connect(c, reinterpret_cast<sockaddr*>(&a), alen) != 0) _exit(1);
+      char ok = !drop || (setresgid(65534, 65534, 65534) == 0 && setresuid(65534, 65534, 65534) == 0);
+      if (write(sync[1], &ok, 1) != 1) _exit(1);
+      pause();
+      _exit(0);
+    }
+    close(sync[1]);
+    char ok = 0;
+    REQUIRE(read(sync[0], &ok, 1) == 1);
+    int s = accept(l, nullptr, nullptr);
+    REQUIRE(s >= 0);
+    std::string why;
+    auto m = ClientMemory::bind_peer(s, &why);
+    if (!ok) {
+      MESSAGE("cannot change credentials here (needs root): bind_peer's refusal not checked");
+    } else if (drop) {
+      CHECK_FALSE(m);
+      CHECK(why.find("changed credentials since connect") != std::string::npos);
+    } else {
+      INFO(why);
+      CHECK(m);
+      if (m) CHECK(m->pid() == pid);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    close(s);
+    close(sync[0]);
+  }
+  close(l);
 }
 
 }  // namespace
