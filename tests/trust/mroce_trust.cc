@@ -241,7 +241,9 @@ void connect_qp(Host* h, ibv_qp* qp, uint32_t dest_qpn) {
   a = {};
   a.qp_state = IBV_QPS_RTS;
   a.sq_psn = qp->qp_num * 1000u;
-  a.timeout = 14;
+  // ~1 s per try, 7 retries: a loaded 2-core CI under ASan must not run
+  // out of retries; a refused READ (no response) takes ~8 s to fail.
+  a.timeout = 18;
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = 1;
