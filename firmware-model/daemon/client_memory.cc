@@ -58,6 +58,16 @@ bool alive(int pidfd) {
   return ::poll(&p, 1, 0) == 0;
 }
 
+// The effective uid and gid of pid now; false if it exited meanwhile.
+bool effective_ids(pid_t pid, int pidfd, unsigned* euid, unsigned* egid) {
+  std::string status;
+  int fd = open_proc(pid, "status", O_RDONLY);
+  bool ok = fd >= 0 && read_all(fd, &status);
+  if (fd >= 0) ::close(fd);
+  return ok && alive(pidfd) && effective_id(status, "Uid:", euid) &&
+         effective_id(status, "Gid:", egid);
+}
+
 // One line of /proc/PID/maps, as REG_MR needs it.
 struct Vma {
   uint64_t start = 0, end = 0;
@@ -143,13 +153,8 @@ std::unique_ptr<ClientMemory> ClientMemory::bind_peer(int sock_fd, std::string* 
   }
   auto m = open_mm(cred.pid, pidfd, why);
   if (!m) return nullptr;
-  std::string status;
-  int sfd = open_proc(cred.pid, "status", O_RDONLY);
-  bool read_ok = sfd >= 0 && read_all(sfd, &status);
-  if (sfd >= 0) ::close(sfd);
   unsigned euid = 0, egid = 0;
-  if (!read_ok || !alive(pidfd) || !effective_id(status, "Uid:", &euid) ||
-      !effective_id(status, "Gid:", &egid)) {
+  if (!effective_ids(cred.pid, pidfd, &euid, &egid)) {
     *why = "client pid " + std::to_string(cred.pid) + " exited while connecting";
     return nullptr;
   }
