@@ -6,7 +6,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -59,14 +58,24 @@ bool alive(int pidfd) {
   return ::poll(&p, 1, 0) == 0;
 }
 
-// One entry of /proc/PID/smaps, as REG_MR needs it.
+// The effective uid and gid of pid now; false if it exited meanwhile.
+bool effective_ids(pid_t pid, int pidfd, unsigned* euid, unsigned* egid) {
+  std::string status;
+  int fd = open_proc(pid, "status", O_RDONLY);
+  bool ok = fd >= 0 && read_all(fd, &status);
+  if (fd >= 0) ::close(fd);
+  return ok && alive(pidfd) && effective_id(status, "Uid:", euid) &&
+         effective_id(status, "Gid:", egid);
+}
+
+// One line of /proc/PID/maps, as REG_MR needs it.
 struct Vma {
   uint64_t start = 0, end = 0;
-  std::string perms, dev, flags;
+  std::string perms, dev;
   unsigned long inode = 0;
 };
 
-bool parse_header(const std::string& line, Vma* v) {
+bool parse_line(const std::string& line, Vma* v) {
   char perms[8] = {}, dev[16] = {};
   unsigned long long off = 0;
   if (std::sscanf(line.c_str(), "%" SCNx64 "-%" SCNx64 " %7s %llx %15s %lu", &v->start, &v->end,
@@ -75,16 +84,7 @@ bool parse_header(const std::string& line, Vma* v) {
   }
   v->perms = perms;
   v->dev = dev;
-  v->flags.clear();
   return true;
-}
-
-bool has_flag(const std::string& flags, const char* f) {
-  std::istringstream in(flags);
-  for (std::string w; in >> w;) {
-    if (w == f) return true;
-  }
-  return false;
 }
 
 // Why a mapping cannot back an MR with this access, or "" when it can.
@@ -94,12 +94,6 @@ std::string refuse(const Vma& v, bool write) {
   if (write && v.perms[1] != 'w') {
     return "mapping" + at + " is not writable, and the MR asks for write access";
   }
-  for (const char* f : {"um", "uw", "ui"}) {
-    if (has_flag(v.flags, f)) return "mapping" + at + " is registered with userfaultfd";
-  }
-  for (const char* f : {"io", "pf"}) {
-    if (has_flag(v.flags, f)) return "mapping" + at + " is an I/O or PFN mapping";
-  }
   return "";
 }
 
@@ -107,15 +101,15 @@ std::string refuse(const Vma& v, bool write) {
 
 std::unique_ptr<ClientMemory> ClientMemory::open_mm(pid_t pid, int pidfd, std::string* why) {
   int mem = open_proc(pid, "mem", O_RDWR);
-  int smaps = mem < 0 ? -1 : open_proc(pid, "smaps", O_RDONLY);
-  if (mem < 0 || smaps < 0) {
+  int maps = mem < 0 ? -1 : open_proc(pid, "maps", O_RDONLY);
+  if (mem < 0 || maps < 0) {
     *why = "cannot open the address space of pid " + std::to_string(pid) + ": " +
            std::strerror(errno);
     if (mem >= 0) ::close(mem);
     ::close(pidfd);
     return nullptr;
   }
-  return std::unique_ptr<ClientMemory>(new ClientMemory(pid, mem, smaps, pidfd));
+  return std::unique_ptr<ClientMemory>(new ClientMemory(pid, mem, maps, pidfd));
 }
 
 std::unique_ptr<ClientMemory> ClientMemory::bind_pid(pid_t pid, std::string* why) {
@@ -133,7 +127,7 @@ std::unique_ptr<ClientMemory> ClientMemory::bind_pid(pid_t pid, std::string* why
 }
 
 // The pidfd names the process that called connect(), whatever happened to
-// its pid number since. The mem and smaps files are opened by pid; if that
+// its pid number since. The mem and maps files are opened by pid; if that
 // process is still alive afterwards they are its files. Its effective
 // credentials must still be those it connected with: a client that exec'd
 // a setuid program before we opened them would otherwise hand us the new
@@ -143,21 +137,24 @@ std::unique_ptr<ClientMemory> ClientMemory::bind_peer(int sock_fd, std::string* 
   socklen_t len = sizeof cred;
   int pidfd = -1;
   socklen_t flen = sizeof pidfd;
-  if (::getsockopt(sock_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-      ::getsockopt(sock_fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &flen) != 0) {
-    *why = std::string("cannot identify the peer (SO_PEERCRED/SO_PEERPIDFD): ") +
-           std::strerror(errno);
+  if (::getsockopt(sock_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    *why = std::string("cannot identify the peer (SO_PEERCRED): ") + std::strerror(errno);
+    return nullptr;
+  }
+  // Before Linux 6.5 there is no SO_PEERPIDFD: a pidfd opened now may name
+  // a process that took the pid after the peer exited; the credential
+  // check below still refuses a more privileged one.
+  if (::getsockopt(sock_fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &flen) != 0) {
+    pidfd = static_cast<int>(::syscall(SYS_pidfd_open, cred.pid, 0));
+  }
+  if (pidfd < 0) {
+    *why = "client pid " + std::to_string(cred.pid) + " is gone: " + std::strerror(errno);
     return nullptr;
   }
   auto m = open_mm(cred.pid, pidfd, why);
   if (!m) return nullptr;
-  std::string status;
-  int sfd = open_proc(cred.pid, "status", O_RDONLY);
-  bool read_ok = sfd >= 0 && read_all(sfd, &status);
-  if (sfd >= 0) ::close(sfd);
   unsigned euid = 0, egid = 0;
-  if (!read_ok || !alive(pidfd) || !effective_id(status, "Uid:", &euid) ||
-      !effective_id(status, "Gid:", &egid)) {
+  if (!effective_ids(cred.pid, pidfd, &euid, &egid)) {
     *why = "client pid " + std::to_string(cred.pid) + " exited while connecting";
     return nullptr;
   }
@@ -171,7 +168,7 @@ std::unique_ptr<ClientMemory> ClientMemory::bind_peer(int sock_fd, std::string* 
 
 ClientMemory::~ClientMemory() {
   ::close(mem_fd_);
-  ::close(smaps_fd_);
+  ::close(maps_fd_);
   ::close(pidfd_);
 }
 
@@ -201,9 +198,9 @@ size_t ClientMemory::write(uint64_t addr, std::span<const iovec> src, size_t tot
   return n < 0 ? 0 : std::min(static_cast<size_t>(n), total);
 }
 
-bool ClientMemory::read_smaps(std::string* text) {
+bool ClientMemory::read_maps(std::string* text) {
   if (gone_) return false;
-  if (!read_all(smaps_fd_, text)) return false;
+  if (!read_all(maps_fd_, text)) return false;
   if (text->empty()) gone_ = true;
   return !text->empty();
 }
@@ -214,30 +211,24 @@ int ClientMemory::check_range(uint64_t addr, uint64_t len, bool write, std::stri
     return EFAULT;
   }
   std::string text;
-  if (!read_smaps(&text)) {
+  if (!read_maps(&text)) {
     *why = "the client's address space is gone";
     return EFAULT;
   }
   uint64_t end = addr + len, cursor = addr;
   std::set<std::string> devs;
   std::istringstream in(text);
-  Vma v;
-  for (std::string line; std::getline(in, line) && cursor < end;) {
-    if (line.rfind("VmFlags:", 0) == 0) {
-      v.flags = line.substr(8);
-      if (v.end <= cursor || v.start >= end) continue;
-      if (v.start > cursor) break;  // a hole
-      std::string no = refuse(v, write);
-      if (!no.empty()) {
-        *why = no;
-        return EACCES;
-      }
-      if (v.inode != 0) devs.insert(v.dev);
-      cursor = v.end;
-    } else if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
-               line.find(':') > line.find(' ')) {
-      parse_header(line, &v);
+  for (std::string line; cursor < end && std::getline(in, line);) {
+    Vma v;
+    if (!parse_line(line, &v) || v.end <= cursor) continue;
+    if (v.start > cursor) break;  // a hole
+    std::string no = refuse(v, write);
+    if (!no.empty()) {
+      *why = no;
+      return EACCES;
     }
+    if (v.inode != 0) devs.insert(v.dev);
+    cursor = v.end;
   }
   if (cursor < end) {
     *why = "address " + hex(cursor) + " of the MR is not mapped in the client";
@@ -247,7 +238,7 @@ int ClientMemory::check_range(uint64_t addr, uint64_t len, bool write, std::stri
 }
 
 // The filesystem behind each file mapping, from the client's mountinfo
-// ("36 35 0:42 / /mnt rw - fuse.sshfs ..."; smaps prints devices in hex).
+// ("36 35 0:42 / /mnt rw - fuse.sshfs ..."; maps prints devices in hex).
 int ClientMemory::check_filesystems(const std::set<std::string>& devs, std::string* why) {
   std::string text;
   int fd = open_proc(pid_, "mountinfo", O_RDONLY);

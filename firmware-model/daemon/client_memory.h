@@ -3,8 +3,8 @@
 //
 // A ClientMemory is bound to the mm (address space) of the process that
 // connected, not to its pid number: it holds /proc/PID/mem and
-// /proc/PID/smaps open from connect time. The kernel ties an open mem or
-// smaps file to the mm it found at open (mm_access), so
+// /proc/PID/maps open from connect time. The kernel ties an open mem or
+// maps file to the mm it found at open (mm_access), so
 //   - after the client execs (any program, setuid or not) its old mm is
 //     gone: reads return 0 bytes, the handle turns gone() and every later
 //     copy fails. The new image's memory is never touched;
@@ -15,8 +15,9 @@
 //
 // Copies through /proc/PID/mem fault pages in without FAULT_FLAG_ALLOW_RETRY,
 // so a userfaultfd-registered page fails (EIO) instead of waiting for a
-// handler that may never answer. A file mapping on a filesystem that can
-// block (FUSE, network filesystems) still blocks; REG_MR refuses them.
+// handler that may never answer (registered before or after REG_MR). A file
+// mapping on a filesystem that can block (FUSE, network filesystems) still
+// blocks; REG_MR refuses them, but not one mapped over the MR later.
 #pragma once
 
 #include <sys/types.h>
@@ -54,20 +55,22 @@ class ClientMemory {
 
   // REG_MR's check, as pinning is in a kernel driver: every byte of
   // [addr, addr+len) lies in a mapping readable (and writable if `write`)
-  // by the client, none registered with userfaultfd, none an I/O or PFN
-  // mapping, none a file on a filesystem whose faults can block (FUSE,
-  // NFS, CIFS, 9p). 0, or EFAULT/EACCES with *why.
+  // by the client, none a file on a filesystem whose faults can block
+  // (FUSE, NFS, CIFS, 9p, Ceph, AFS). Reads maps, not smaps: smaps walks
+  // every page table entry, which a client with a large resident set could
+  // make cost milliseconds of the loop thread per REG_MR. 0, or
+  // EFAULT/EACCES with *why.
   int check_range(uint64_t addr, uint64_t len, bool write, std::string* why);
 
  private:
-  ClientMemory(pid_t pid, int mem_fd, int smaps_fd, int pidfd)
-      : pid_(pid), mem_fd_(mem_fd), smaps_fd_(smaps_fd), pidfd_(pidfd) {}
+  ClientMemory(pid_t pid, int mem_fd, int maps_fd, int pidfd)
+      : pid_(pid), mem_fd_(mem_fd), maps_fd_(maps_fd), pidfd_(pidfd) {}
   static std::unique_ptr<ClientMemory> open_mm(pid_t pid, int pidfd, std::string* why);
-  bool read_smaps(std::string* text);
+  bool read_maps(std::string* text);
   int check_filesystems(const std::set<std::string>& devs, std::string* why);
 
   pid_t pid_;
-  int mem_fd_, smaps_fd_, pidfd_;
+  int mem_fd_, maps_fd_, pidfd_;
   bool gone_ = false;
 };
 

@@ -241,7 +241,9 @@ void connect_qp(Host* h, ibv_qp* qp, uint32_t dest_qpn) {
   a = {};
   a.qp_state = IBV_QPS_RTS;
   a.sq_psn = qp->qp_num * 1000u;
-  a.timeout = 14;
+  // ~1 s per try, 7 retries: a loaded 2-core CI under ASan must not run
+  // out of retries; a refused READ (no response) takes ~8 s to fail.
+  a.timeout = 18;
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = 1;
@@ -427,9 +429,15 @@ bool refused(const ibv_wc& wc, bool read) {
 }
 
 bool attack(Host* h, bool write_may_ack) {
-  memset(h->buf, kAttackByte, h->len);
   ibv_wc r = post_and_wait(h, 1, IBV_WR_RDMA_READ, 4096, 0);
+  if (r.status == IBV_WC_SUCCESS && h->buf[0] == kNewByte)
+    printf("attacker: the READ returned the new image's memory\n");
+  memset(h->buf, kAttackByte, h->len);  // after the READ, which lands in buf
   ibv_wc w = post_and_wait(h, 0, IBV_WR_RDMA_WRITE, 4096, 0);
+  // An acknowledged WRITE may land after its ACK; a READ behind it on the
+  // same QP is answered only after it landed (the usual read-after-write
+  // flush), so the target checks its memory after the data arrived.
+  if (w.status == IBV_WC_SUCCESS) post_and_wait(h, 0, IBV_WR_RDMA_READ, 8, kLen - 8);
   printf("attacker: READ %s, WRITE %s\n", ibv_wc_status_str(r.status), ibv_wc_status_str(w.status));
   if (refused(r, true) && refused(w, false)) return true;
   if (refused(r, true) && w.status == IBV_WC_SUCCESS && write_may_ack) {

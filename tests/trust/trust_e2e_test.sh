@@ -191,7 +191,8 @@ t_uffd() {
     sleep 0.1
   done
   # Another client of the same daemon: exact values, while the bad one holds.
-  pair uffd_other_client b target reader
+  local other=0
+  ( pair uffd_other_client b target reader ) || other=1
   echo x > "$fifo"
   wait "$apid" || rc=$?
   wait "$spid" || src=$?
@@ -199,6 +200,7 @@ t_uffd() {
   wfaults_after=$(counter a dma_write_faults)
   echo "== uffd-target"; cat "$WORK/uffd.server.log"
   echo "== attacker"; cat "$WORK/uffd.client.log"
+  [ $other = 0 ] || e2e_fail "the other client's traffic failed while the bad client held (daemon stalled?)"
   echo "daemon a: dma_faults $faults_before -> $faults_after"
   [ $rc = 0 ] && [ $src = 0 ] || e2e_fail "uffd: attacker exit $rc, target exit $src"
   [ "$faults_after" -ge $((faults_before + 2)) ] 2>/dev/null ||
