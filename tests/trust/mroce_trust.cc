@@ -70,7 +70,6 @@ struct Options {
   std::string role, peer, dev, victim, hold;
   int port = 18800;
   int fd = -1;  // victim: the TCP connection inherited across exec
-  bool write_may_ack = false;  // attacker: see attack()
 };
 
 double now_s() {
@@ -414,21 +413,18 @@ int run_victim(const Options& o) {
 
 // READ on QP 1, then WRITE on QP 0, into the peer's MR; the daemon must
 // refuse both (refused()).
-// READ first: it finds an exec'd client's address space gone, so the WRITE
-// is refused at once. A WRITE into a live client that faults only later
-// (userfaultfd) is learnt at the daemon's flush, after the engine ACKed it,
-// until the engine commits placed data before acknowledging it (hal.h
-// §Placement): --write-may-ack 1 accepts that ACK, and the test checks the
-// daemon counted the write that did not land (dma_write_faults).
-// What the daemon answers when it refuses the DMA: a NAK (remote operation
-// or access error), or, for a READ, no response at all (the engine moves its
-// QP to the error state without a NAK, so the requester exhausts retries).
-bool refused(const ibv_wc& wc, bool read) {
+// What the daemon answers when it refuses the DMA: for a live client whose
+// page faults (userfaultfd), a NAK (remote access or operation error), since
+// the engine commits placed data before acknowledging it (hal.h
+// §Placement); for a client whose address space is gone (exec'd), no answer
+// at all, as for a destroyed QP (hal.h owner_alive), so the requester
+// exhausts its retries. Never SUCCESS.
+bool refused(const ibv_wc& wc) {
   return wc.status == IBV_WC_REM_OP_ERR || wc.status == IBV_WC_REM_ACCESS_ERR ||
-         (read && wc.status == IBV_WC_RETRY_EXC_ERR);
+         wc.status == IBV_WC_RETRY_EXC_ERR;
 }
 
-bool attack(Host* h, bool write_may_ack) {
+bool attack(Host* h) {
   ibv_wc r = post_and_wait(h, 1, IBV_WR_RDMA_READ, 4096, 0);
   if (r.status == IBV_WC_SUCCESS && h->buf[0] == kNewByte)
     printf("attacker: the READ returned the new image's memory\n");
@@ -439,11 +435,7 @@ bool attack(Host* h, bool write_may_ack) {
   // flush), so the target checks its memory after the data arrived.
   if (w.status == IBV_WC_SUCCESS) post_and_wait(h, 0, IBV_WR_RDMA_READ, 8, kLen - 8);
   printf("attacker: READ %s, WRITE %s\n", ibv_wc_status_str(r.status), ibv_wc_status_str(w.status));
-  if (refused(r, true) && refused(w, false)) return true;
-  if (refused(r, true) && w.status == IBV_WC_SUCCESS && write_may_ack) {
-    printf("attacker: the WRITE was acknowledged before the daemon knew it had not landed\n");
-    return true;
-  }
+  if (refused(r) && refused(w)) return true;
   fprintf(stderr, "mroce_trust: expected the daemon to refuse both, got READ %s and WRITE %s\n",
           ibv_wc_status_str(r.status), ibv_wc_status_str(w.status));
   return false;
@@ -456,7 +448,7 @@ int run_attacker(const Options& o) {
   int fd = tcp_connect(o, false);
   exchange_and_connect(&h, fd);
   recv_msg<uint8_t>(fd);  // the target is ready (exec'd, or under userfaultfd)
-  bool ok = attack(&h, o.write_may_ack);
+  bool ok = attack(&h);
   if (!o.hold.empty()) {  // keep the target alive until the test says so
     printf("attacker: holding until %s is written\n", o.hold.c_str());
     char c;
@@ -544,7 +536,6 @@ Options parse(int argc, char** argv) {
     else if (a == "--victim") o.victim = v;
     else if (a == "--fd") o.fd = atoi(v.c_str());
     else if (a == "--hold") o.hold = v;
-    else if (a == "--write-may-ack") o.write_may_ack = v == "1";
     else { fprintf(stderr, "mroce_trust: unknown option %s\n", a.c_str()); exit(2); }
   }
   if (i != argc) { fprintf(stderr, "mroce_trust: option %s needs a value\n", argv[i]); exit(2); }
