@@ -147,12 +147,17 @@ _mroce_start_hop() {  # mroce-impair arguments
   return 1
 }
 
+# The pidfile names the running hop: a restart in a subshell (an e2e case)
+# leaves this shell's MROCE_PID_M stale.
+_mroce_hop_pid() { cat "$MROCE_RUN_M/impair.pid" 2>/dev/null || echo "${MROCE_PID_M:-}"; }
+
 _mroce_stop_hop() {
-  [ -n "${MROCE_PID_M:-}" ] || MROCE_PID_M=$(cat "$MROCE_RUN_M/impair.pid" 2>/dev/null)
+  MROCE_PID_M=$(_mroce_hop_pid)
   [ -n "${MROCE_PID_M:-}" ] || return 0
   kill "$MROCE_PID_M" 2>/dev/null
   for _ in $(seq 1 50); do kill -0 "$MROCE_PID_M" 2>/dev/null || break; sleep 0.1; done
   kill -9 "$MROCE_PID_M" 2>/dev/null
+  rm -f "$MROCE_RUN_M/impair.pid"
   MROCE_PID_M=
 }
 
@@ -164,7 +169,7 @@ mroce_hop_restart() {  # mroce-impair arguments (replace MROCE_IMPAIR_ARGS)
 
 mroce_hop_stats() {  # the hop's counters now, as JSON
   local seq0 seq
-  [ -n "${MROCE_PID_M:-}" ] || MROCE_PID_M=$(cat "$MROCE_RUN_M/impair.pid" 2>/dev/null)
+  MROCE_PID_M=$(_mroce_hop_pid)
   seq0=$(sed -n 's/^{"seq": \([0-9]*\).*/\1/p' "$MROCE_HOP_STATS" 2>/dev/null)
   kill -USR1 "$MROCE_PID_M" 2>/dev/null || { echo "netns.sh: mroce-impair is not running" >&2; return 1; }
   for _ in $(seq 1 300); do
