@@ -11,7 +11,8 @@
 #       READ under 1 % loss + 1 ms delay, and verified traffic (mroce_traffic,
 #       content checked) under 1 % loss (opt-in, see case_verified_loss),
 #       asserting both that the transfer completed and that the impairment
-#       happened (hop counters, daemons' retransmissions).
+#       happened (hop counters, daemons' retransmissions); and a 500 Mbit/s
+#       bottleneck whose queue marks CE, seen by the daemons.
 # Needs root; skips with a reason otherwise. Honours MROCE_PREFIX/E2E_RUN_DIR.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -297,6 +298,28 @@ case_perftest_loss_delay() {  # io
   expect "the daemons retransmitted ($r)" ge "$r" 1
 }
 
+# A real bottleneck for congestion control: the hop's rate-limited queue
+# marks CE, the daemons see the marks (ecn_marks_seen) and the write completes.
+device_counter_sum() {  # counter: both daemons', summed
+  local s n=0
+  for s in a b; do
+    n=$(( n + $(ctl $s stat -a "$([ $s = a ] && echo "$MROCE_DEV_A" || echo "$MROCE_DEV_B")" |
+      awk -v c="$1" '$1 == c {print $2; f=1} END {if (!f) print 0}') ))
+  done
+  echo "$n"
+}
+case_ecn_bottleneck() {
+  net_up packet --rate 500mbit --queue 512KB --ecn-threshold 32KB --seed 23 ||
+    e2e_fail "network through the hop did not come up"
+  perftest ib_write_bw
+  hop_snapshot
+  local seen; seen=$(device_counter_sum ecn_marks_seen)
+  echo "  hop a_to_b: ecn_marked $(hop a_to_b ecn_marked), queue max $(hop a_to_b queue_max_bytes) B," \
+       "tail drops $(hop a_to_b dropped_queue_full); daemons' ecn_marks_seen $seen"
+  expect "the bottleneck marked CE ($(hop a_to_b ecn_marked))" ge "$(hop a_to_b ecn_marked)" 1
+  expect "the daemons saw CE marks ($seen)" ge "$seen" 1
+}
+
 # ---- run ----
 
 probe_net() {
@@ -320,5 +343,6 @@ for io in xdp packet; do
   e2e_case "verified_traffic_${io}_loss_1pct" "t_verified_$io"
   e2e_case "perftest_${io}_loss_1pct_delay_1ms" "t_perftest_$io"
 done
+e2e_case ecn_bottleneck_packet case_ecn_bottleneck
 mroce_net_down >/dev/null 2>&1
 e2e_finish
