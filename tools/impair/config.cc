@@ -33,7 +33,8 @@ that direction only (--both: both again). docs/impair.md.
                        and at exit (default: JSON to stdout at exit only)
   --stats-interval D   also write them periodically
   --ready-file FILE    written once both legs are open
-  --spin D             poll this long after activity before sleeping (default 50us)
+  --spin D             poll this long after activity before sleeping (default 0:
+                       drain what is there, then sleep)
   --rt-priority N      run as SCHED_FIFO N (1-99): a woken hop preempts at once
                        instead of waiting out another task's time slice
 )";

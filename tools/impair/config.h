@@ -36,7 +36,7 @@ struct Config {
   std::string stats_path;        // --stats FILE: JSON on SIGUSR1, every --stats-interval, at exit
   uint64_t stats_interval_ns = 0;
   std::string ready_path;        // --ready-file FILE: written once both legs are open
-  uint64_t spin_ns = 50'000;     // --spin D: poll this long after activity before sleeping
+  uint64_t spin_ns = 0;          // --spin D: poll this long after activity before sleeping
   int rt_priority = 0;           // --rt-priority N: SCHED_FIFO N (0: normal scheduling)
 };
 
