@@ -109,7 +109,9 @@ std::vector<uint8_t> Direction::take_buffer(std::span<const uint8_t> bytes) {
 }
 
 void Direction::recycle(std::vector<uint8_t>&& buf) {
-  if (pool_.size() < 4096) pool_.push_back(std::move(buf));
+  // Bounded: a buffer keeps the capacity of the largest frame it held (up
+  // to 64 KiB), so at most 1024 of them (64 MiB) wait for reuse.
+  if (pool_.size() < 1024) pool_.push_back(std::move(buf));
 }
 
 void Direction::hold(uint64_t due, std::vector<uint8_t>&& b) {

@@ -192,13 +192,26 @@ int Forwarder::run() {
   return 0;
 }
 
+namespace {
+// Interface names may hold any byte but '/', ':' and whitespace.
+std::string json_string(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out;
+}
+}  // namespace
+
 std::string Forwarder::stats_json() {
   ab_->counters().dropped_rx_kernel += a_->kernel_drops();
   ba_->counters().dropped_rx_kernel += b_->kernel_drops();
-  char head[256];
+  char head[320];
   snprintf(head, sizeof head, "{\"seq\": %llu, \"time_ns\": %llu, \"seed\": %llu, \"leg_a\": \"%s\", \"leg_b\": \"%s\", ",
            static_cast<unsigned long long>(++stats_seq_), static_cast<unsigned long long>(monotonic_ns()),
-           static_cast<unsigned long long>(cfg_.seed), cfg_.leg_a.c_str(), cfg_.leg_b.c_str());
+           static_cast<unsigned long long>(cfg_.seed), json_string(cfg_.leg_a).c_str(),
+           json_string(cfg_.leg_b).c_str());
   return std::string(head) + "\"a_to_b\": " + to_json(ab_->counters()) + ", \"b_to_a\": " +
          to_json(ba_->counters()) + "}\n";
 }
