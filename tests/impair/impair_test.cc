@@ -250,3 +250,40 @@ TEST_CASE("to_json__names_every_counter") {
   CHECK(j.front() == '{');
   CHECK(j.back() == '}');
 }
+
+TEST_CASE("parse_udp__every_prefix_is_refused_or_stays_inside_it") {
+  for (bool v6 : {false, true}) {
+    auto f = frame(3, 32, 2, v6);
+    auto whole = eth(f);
+    auto fi = parse_udp(whole);
+    REQUIRE(fi);
+    CHECK(fi->udp_dst_port == 4796);
+    CHECK(fi->payload_offset + fi->payload_len == whole.size());
+    for (size_t n = 0; n < whole.size(); ++n) {
+      auto p = parse_udp(whole.first(n));
+      if (n < fi->payload_offset) {
+        CHECK_MESSAGE(!p, "prefix " << n);
+      } else {
+        REQUIRE(p);
+        CHECK(p->payload_offset + p->payload_len <= n);
+      }
+    }
+  }
+}
+
+TEST_CASE("on_frame__truncated_frames_are_counted_never_read_past") {
+  // Every impairment that parses or writes the frame, on every cut of it.
+  Direction d(parsed({"--corrupt", "100%", "--dup", "50%", "--rate", "100gbit", "--ecn-threshold", "1",
+                      "--queue", "1MB"}),
+              true, 4796, kPrefix, 13);
+  auto f = frame(1, 64);
+  for (size_t n = 0; n <= f.size(); ++n) d.on_frame(n, std::span<const uint8_t>(f).first(n));
+  auto& c = d.counters();
+  CHECK(c.rx_frames == f.size() + 1);
+  CHECK(c.dropped_rx_truncated == kPrefix);  // cuts inside the prefix
+  CHECK(c.matched == f.size() + 1 - kPrefix);
+  CHECK(c.corrupted + c.corrupt_skipped == c.matched);
+  CHECK(c.ecn_marked + c.ecn_not_ect <= c.matched);
+  CHECK(c.corrupt_skipped > 0);
+  drain_all(d);
+}

@@ -154,9 +154,9 @@ _mroce_hop_pid() { cat "$MROCE_RUN_M/impair.pid" 2>/dev/null || echo "${MROCE_PI
 _mroce_stop_hop() {
   MROCE_PID_M=$(_mroce_hop_pid)
   [ -n "${MROCE_PID_M:-}" ] || return 0
-  kill "$MROCE_PID_M" 2>/dev/null
+  kill "$MROCE_PID_M" 2>/dev/null || true
   for _ in $(seq 1 50); do kill -0 "$MROCE_PID_M" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$MROCE_PID_M" 2>/dev/null
+  kill -9 "$MROCE_PID_M" 2>/dev/null || true
   rm -f "$MROCE_RUN_M/impair.pid"
   MROCE_PID_M=
 }
@@ -207,7 +207,7 @@ mroce_net_down() {
   _mroce_stop_hop
   ip netns del "$MROCE_NS_A" 2>/dev/null
   ip netns del "$MROCE_NS_B" 2>/dev/null
-  ip netns del "$MROCE_NS_M" 2>/dev/null
+  ip netns del "$MROCE_NS_M" 2>/dev/null || true  # there only with --hop
   rm -rf "$MROCE_RUN_A" "$MROCE_RUN_B" "$MROCE_RUN_M"
   return 0
 }

@@ -122,11 +122,15 @@ void Direction::hold(uint64_t due, std::vector<uint8_t>&& b) {
 
 Direction::Verdict Direction::on_frame(uint64_t now, std::span<const uint8_t> bytes) {
   ++c_.rx_frames;
-  size_t len = bytes.size() > prefix_ ? bytes.size() - prefix_ : 0;
+  if (bytes.size() < prefix_) {  // no room for the prefix: nothing to forward
+    ++c_.dropped_rx_truncated;
+    return Verdict::kConsumed;
+  }
+  size_t len = bytes.size() - prefix_;
   c_.rx_bytes += len;
   bool match = impairs_;
   if (match && !all_) {
-    auto fi = parse_udp(bytes.subspan(std::min(prefix_, bytes.size())));
+    auto fi = parse_udp(bytes.subspan(prefix_));
     match = fi && fi->udp_dst_port == port_;
   }
   if (!match) {

@@ -31,7 +31,7 @@ namespace metaroce::impair {
   X(dropped_hold_limit, "dropped: --hold-limit bytes already held")               \
   X(dropped_tx_error, "the egress leg refused the frame (counted, not retried)")  \
   X(dropped_tx_busy, "egress socket full for an untouched frame (retried, then dropped)") \
-  X(dropped_rx_truncated, "frame larger than the receive buffer")                 \
+  X(dropped_rx_truncated, "larger than the receive buffer, or shorter than the prefix") \
   X(dropped_rx_kernel, "dropped by the kernel before the hop read it (socket full)") \
   X(delayed, "held for --delay/--jitter")                                        \
   X(reordered, "held --reorder GAP longer than the frames behind them")          \
