@@ -1,0 +1,116 @@
+// The MetaRoCE engine (firmware-model/engine, unchanged) hosted in ns-3,
+// as the daemon hosts it over AF_XDP: this class is its HAL. Clock is
+// Simulator::Now(); the packet port builds real frames (proto::build_frame:
+// Ethernet, IPv4 with ECT(0), UDP with the engine's source-port entropy,
+// MBTH.., ICRC) and queues them in the simulated NIC; DMA reads and writes
+// HostMemory; completions are queued and handed to the workload after the
+// engine call returns (docs/firmware-hal.md rule 2); timers are one ns-3
+// event at next_deadline().
+//
+// The NIC: one TX queue per destination QP served round robin, ACK/NACK
+// first, one frame at a time onto the wire at line rate (Port). The engine
+// cannot be refused (PacketPortInterface::send has no "blocked"), so the
+// queues are unbounded and their peak is reported (nic_queue_max_bytes).
+// Not modelled: PCIe and DMA latency/bandwidth, host CPU time (doorbells,
+// reductions and completion handling take zero time).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "firmware-model/engine/engine.h"
+#include "firmware-model/ns3/nic.h"
+
+namespace metaroce::fabric {
+
+struct EngineNicConfig {
+  fw::EngineConfig engine;
+  uint32_t path_mtu = 4096;
+  uint8_t timeout = 14;   // IB encoding (4.096 us x 2^14 = 67 ms)
+  uint8_t retry_cnt = 7;
+  uint32_t send_depth = 1024;
+  uint32_t recv_depth = 512;  // receives kept posted per connection
+};
+
+class EngineNic final : public Nic,
+                        public fw::ClockInterface,
+                        public fw::PacketPortInterface,
+                        public fw::DmaInterface,
+                        public fw::EventSinkInterface,
+                        public fw::RandomInterface {
+ public:
+  EngineNic(uint32_t host, ns3::Ptr<ns3::PointToPointNetDevice> dev, size_t memory_bytes,
+            const EngineNicConfig& cfg, uint64_t seed, NicHandler* handler);
+  ~EngineNic() override;
+
+  // Nic
+  uint32_t host() const override { return host_; }
+  HostMemory& memory() override { return memory_; }
+  uint32_t open(uint32_t peer_host) override;
+  ConnAddr local_addr(uint32_t conn) const override;
+  void connect(uint32_t conn, const ConnAddr& peer) override;
+  bool write_imm(uint32_t conn, uint64_t addr, uint64_t remote_addr, uint32_t len, uint32_t imm,
+                 uint64_t wr_id) override;
+  NicStats stats() const override;
+  Port& port() override { return *port_; }
+  fw::Engine& engine() { return *engine_; }
+
+  // FrameSource / FrameSink (the NIC's MAC side)
+  ns3::Ptr<ns3::Packet> next_frame(int port, bool data_ok) override;
+  void on_frame(int port, ns3::Ptr<const ns3::Packet> frame) override;
+
+  // HAL
+  fw::Time now() const override;
+  void send(const fw::OutPacket& p) override;
+  bool read(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override;
+  bool write(fw::OwnerId owner, uint64_t addr, std::span<const uint8_t> src) override;
+  bool complete(uint32_t cqn, const fw::Completion& wc) override;
+  void async_event(fw::EventType type, uint32_t element) override;
+  uint64_t next() override;
+
+ private:
+  struct Conn {
+    uint32_t qpn = 0;
+    ConnAddr peer;
+  };
+  struct TxQueue {
+    std::deque<ns3::Ptr<ns3::Packet>> frames;
+    bool active = false;
+  };
+  // Re-arm the timer, hand completions to the workload.
+  void after_engine_call(bool timer_fired = false);
+  void arm_timer(bool timer_fired);
+  void on_timer_event();
+  void post_recvs(uint32_t qpn, uint32_t n);
+  void deliver(const fw::Completion& wc);
+
+  uint32_t host_;
+  EngineNicConfig cfg_;
+  HostMemory memory_;
+  NicHandler* handler_;
+  uint64_t rng_;
+  std::unique_ptr<Port> port_;
+  std::unique_ptr<fw::Engine> engine_;
+  uint32_t pdn_ = 0, scq_ = 0, rcq_ = 0;
+  fw::MrKeys mr_;
+  std::vector<Conn> conns_;
+  std::unordered_map<uint32_t, uint32_t> conn_of_qpn_;
+  // NIC transmit side
+  std::deque<ns3::Ptr<ns3::Packet>> control_;
+  std::vector<TxQueue> queues_;
+  std::unordered_map<uint64_t, uint32_t> queue_of_;
+  std::deque<uint32_t> active_;
+  uint64_t queued_bytes_ = 0, queued_max_ = 0;
+  std::vector<uint8_t> tx_buf_, rx_buf_;
+  // completions waiting for the engine call to return
+  std::vector<fw::Completion> pending_;
+  bool draining_ = false;
+  uint64_t async_errors_ = 0;
+  ns3::EventId timer_;
+  fw::Time timer_at_ = fw::kNever;
+};
+
+}  // namespace metaroce::fabric

@@ -1,0 +1,89 @@
+// One fabric simulation run: a topology, a transport (the MetaRoCE engine
+// or a RoCEv2 baseline), a workload and impairments; and its results.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "firmware-model/ns3/nic.h"
+#include "firmware-model/ns3/topology.h"
+#include "firmware-model/ns3/workload.h"
+
+namespace metaroce::fabric {
+
+struct Scenario {
+  std::string name = "run";
+  // metaroce | roce-pfc (RoCEv2, go-back-N, DCQCN, PFC) | roce-lossy (same, no PFC)
+  std::string transport = "metaroce";
+  TopologyConfig topo;
+  SwitchConfig sw;
+  WorkloadConfig work;
+  // MetaRoCE engine knobs (EngineConfig)
+  uint32_t num_paths = 4;
+  std::string congestion = "default";
+  uint32_t mtu = 4096;
+  // impairments: link indices into Fabric::links()
+  int fail_link = -1;
+  int64_t fail_at_ns = 0;  // after the start
+  int loss_link = -1;
+  double loss = 0;
+  uint64_t seed = 1;
+  int64_t max_sim_ns = 1'000'000'000;  // give up (reported as not completed)
+  int64_t sample_ns = 0;               // queue sampling period, 0 = auto
+};
+
+// Applies the transport's switch defaults (PFC and RED for RoCEv2, a
+// threshold for MetaRoCE) unless the caller overrode them afterwards.
+void apply_transport_defaults(Scenario& s);
+std::string check(const Scenario& s);  // "" or what is wrong
+
+struct Percentiles {
+  double p50 = 0, p99 = 0, max = 0;
+};
+
+struct TierStats {
+  std::string name;  // "leaf-up", "leaf-down", "spine-down", ...
+  uint64_t ports = 0;
+  uint64_t max_queue_bytes = 0;
+  double avg_queue_bytes = 0;  // mean over ports of the time-average
+  uint64_t drops = 0, ecn_marked = 0, pfc_pause_sent = 0;
+  double pfc_paused_us = 0;  // summed over the ports that were paused
+};
+
+struct QueueSample {
+  int64_t t_ns;
+  std::string tier;
+  uint64_t max_bytes, total_bytes;
+};
+
+struct RunResult {
+  bool completed = false;
+  std::string error;         // workload or NIC error
+  std::string verify_error;  // "" = byte-exact at every receiver
+  double completion_us = 0, ideal_us = 0, ratio = 0;
+  Percentiles slowdown;   // flow completion time / (alone on an idle fabric)
+  Percentiles fct_us;
+  uint64_t flows = 0;
+  std::vector<TierStats> tiers;
+  uint64_t drops = 0, drops_buffer = 0, drops_random_loss = 0, drops_link_down = 0;
+  uint64_t ecn_marked = 0, pfc_pause_frames = 0;
+  double pfc_paused_us = 0;  // all ports, switches and hosts
+  NicStats nic;              // summed over hosts (queue: max)
+  double wall_s = 0;
+  uint64_t events = 0;
+  double events_per_s = 0;
+  double sim_us = 0;
+  uint64_t peak_rss_mb = 0;
+  std::vector<QueueSample> samples;
+  std::vector<Flow> flow_records;
+};
+
+RunResult run(const Scenario& s);
+
+void write_json(std::ostream& o, const Scenario& s, const RunResult& r);
+void write_flows_csv(std::ostream& o, const RunResult& r);
+void write_queues_csv(std::ostream& o, const RunResult& r);
+
+}  // namespace metaroce::fabric

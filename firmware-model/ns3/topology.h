@@ -1,0 +1,71 @@
+// Fabric topologies built of ns-3 nodes, point-to-point links and Switch:
+// a two-tier leaf-spine (with oversubscription and parallel leaf-spine
+// links) and a three-tier k-ary fat-tree (Al-Fares et al., SIGCOMM 2008).
+// Every switch gets an O(1) route table: destination host -> ECMP group.
+// Nothing global survives construction except these objects, and every link
+// is a PointToPointChannel, so the fabric can be cut into MPI partitions
+// along links (docs/evaluation.md, "Scale").
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "firmware-model/ns3/switch.h"
+
+namespace metaroce::fabric {
+
+struct TopologyConfig {
+  enum class Kind { kLeafSpine, kFatTree } kind = Kind::kLeafSpine;
+  uint32_t hosts = 16;
+  uint32_t hosts_per_leaf = 16;  // leaf-spine; fewer hosts = one leaf's worth
+  uint32_t spines = 0;           // leaf-spine; 0 = as many as uplinks, at most 16
+  double oversubscription = 1.0; // leaf-spine: host ports / uplinks per leaf
+  uint64_t link_bps = 100'000'000'000;
+  int64_t link_delay_ns = 1'000;
+};
+
+// Names the error when the parameters do not make a topology ("" = fine).
+std::string check(const TopologyConfig& t);
+
+class Fabric {
+ public:
+  struct Link {  // a switch-to-switch link
+    Switch* a;
+    int port_a;
+    Switch* b;
+    int port_b;
+    std::string name;  // "leaf2-spine1#0"
+  };
+  Fabric(const TopologyConfig& t, const SwitchConfig& s);
+  ~Fabric();
+
+  uint32_t hosts() const { return static_cast<uint32_t>(host_devs_.size()); }
+  ns3::Ptr<ns3::PointToPointNetDevice> host_device(uint32_t h) const { return host_devs_[h]; }
+  std::vector<std::unique_ptr<Switch>>& switches() { return switches_; }
+  const std::vector<Link>& links() const { return links_; }
+  // Switch hops on the longest shortest path between two hosts.
+  int max_switch_hops() const { return max_hops_; }
+  // The link goes down now, both directions.
+  void fail_link(size_t i);
+  void set_link_loss(size_t i, double p, uint64_t seed);
+  const TopologyConfig& config() const { return cfg_; }
+
+ private:
+  Switch* add_switch(const std::string& name, int tier);
+  void connect_host(uint32_t h, Switch* leaf);
+  Link connect(Switch* lower, Switch* upper, const std::string& name);
+  void build_leaf_spine();
+  void build_fat_tree();
+
+  TopologyConfig cfg_;
+  SwitchConfig scfg_;
+  std::vector<std::unique_ptr<Switch>> switches_;
+  std::vector<ns3::Ptr<ns3::PointToPointNetDevice>> host_devs_;
+  std::vector<ns3::Ptr<ns3::Node>> host_nodes_;
+  std::vector<Link> links_;
+  int max_hops_ = 0;
+};
+
+}  // namespace metaroce::fabric
