@@ -1,5 +1,6 @@
 #include "firmware-model/ns3/engine_nic.h"
 
+#include <cerrno>
 #include <cstring>
 #include <sstream>
 
@@ -110,7 +111,7 @@ void EngineNic::post_recvs(uint32_t qpn, uint32_t n) {
 
 bool EngineNic::write_imm(uint32_t conn, uint64_t addr, uint64_t remote_addr, uint32_t len,
                           uint32_t imm, uint64_t wr_id) {
-  const Conn& c = conns_.at(conn);
+  Conn& c = conns_.at(conn);
   fw::SendWr wr;
   wr.wr_id = wr_id;
   wr.opcode = fw::WrOpcode::kRdmaWriteImm;
@@ -120,10 +121,30 @@ bool EngineNic::write_imm(uint32_t conn, uint64_t addr, uint64_t remote_addr, ui
   wr.rkey = c.peer.rkey;
   wr.num_sge = 1;
   wr.sg[0] = {addr, len, mr_.lkey};
-  if (engine_->post_send(kOwner, c.qpn, wr) != 0) return false;
+  if (!c.backlog.empty()) {
+    c.backlog.push_back(wr);
+    ++backlogged_;
+    return true;
+  }
+  const int rc = engine_->post_send(kOwner, c.qpn, wr);
+  if (rc == ENOMEM) {  // send queue full: wait for a completion
+    c.backlog.push_back(wr);
+    ++backlogged_;
+    return true;
+  }
+  if (rc != 0) return false;
   engine_->pump();
   after_engine_call();
   return true;
+}
+
+void EngineNic::post_backlog(Conn& c) {
+  bool posted = false;
+  while (!c.backlog.empty() && engine_->post_send(kOwner, c.qpn, c.backlog.front()) == 0) {
+    c.backlog.pop_front();
+    posted = true;
+  }
+  if (posted) engine_->pump();
 }
 
 // ---- the NIC's transmit side ----
@@ -214,6 +235,7 @@ void EngineNic::deliver(const fw::Completion& wc) {
     return;  // flushed receives of a QP in error: its sender reports the failure
   }
   handler_->on_send_done(host_, conn, wc.wr_id, ok);
+  if (ok && conn != ~0u) post_backlog(conns_[conn]);
 }
 
 void EngineNic::arm_timer(bool timer_fired) {
@@ -278,7 +300,8 @@ NicStats EngineNic::stats() const {
   std::ostringstream d;
   d << "fast_retransmits=" << c.fast_retransmits << " tail_loss_probes=" << c.tail_loss_probes
     << " rx_drop_duplicate=" << c.rx_drop_duplicate << " rx_drop_parse=" << c.rx_drop_parse
-    << " rx_drop_out_of_window=" << c.rx_drop_out_of_window;
+    << " rx_drop_out_of_window=" << c.rx_drop_out_of_window << " rnr_retries=" << c.rnr_retries
+    << " backlogged_wrs=" << backlogged_;
   s.detail = d.str();
   return s;
 }

@@ -24,6 +24,7 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --link-gbps G        100 | 200 | 400 ...                     (100)
   --delay-ns D         per link propagation                    (1000)
   --bytes B            per pair (alltoall, incast, permutation) or per rank (allreduce)
+                       (alltoall 64 KiB, allreduce 16 MiB, others 1 MiB)
   --qps K              QPs per pair (alltoall)                 (1)
   --channels C         rings (allreduce-ring)                  (4)
   --slices S           pipelined pieces per chunk              (4)
@@ -131,6 +132,10 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
 
 Cli parse(int argc, char** argv) {
   Cli c;
+  if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::cout << kUsage;
+    std::exit(0);
+  }
   if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0) die("name a workload first");
   c.s.work.kind = argv[1];
   std::vector<std::pair<std::string, std::string>> opts;
@@ -147,6 +152,9 @@ Cli parse(int argc, char** argv) {
     if (k == "transport") apply(c, k, v);
   }
   fab::apply_transport_defaults(c.s);
+  // Per-workload default size: a few ms of simulated time at 128 hosts.
+  const std::string& w = c.s.work.kind;
+  c.s.work.bytes = w == "alltoall" ? 64 * 1024 : w.rfind("allreduce", 0) == 0 ? 16 << 20 : 1 << 20;
   for (auto& [k, v] : opts) {
     if (k != "transport") apply(c, k, v);
   }

@@ -323,6 +323,8 @@ class PointToPoint final : public Workload {
   uint64_t memory_bytes(uint32_t h) const override { return b_ + slots(h) * b_; }
   void setup(std::vector<Nic*> nics) override {
     nics_ = std::move(nics);
+    // One QP (per k) for each direction of each pair, as NCCL's p2p
+    // connections are: a send connection and a receive connection per peer.
     for (auto& [s, d] : pairs_) {
       std::vector<uint32_t> cs;
       for (uint32_t k = 0; k < cfg_.qps_per_pair; ++k) cs.push_back(connect(s, d).first);
