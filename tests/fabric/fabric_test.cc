@@ -74,6 +74,15 @@ TEST_CASE("wire__ecmp_hash_spreads_source_ports_over_every_member") {
   CHECK(fab::flow_hash(k, 7) == fab::flow_hash(k, 7));
 }
 
+TEST_CASE("pattern__word_fill_matches_the_byte_definition_at_any_offset") {
+  for (uint64_t first : {0, 3, 8, 13}) {
+    std::vector<uint8_t> v(37);
+    fab::fill_pattern(v, 5, first, 9);
+    for (uint64_t i = 0; i < v.size(); ++i) REQUIRE(v[i] == fab::pattern(5, first + i, 9));
+  }
+  CHECK(fab::pattern(5, 0, 9) != fab::pattern(6, 0, 9));  // sources differ (for this seed)
+}
+
 TEST_CASE("metaroce__every_collective_completes_byte_exact") {
   for (std::string w : {"alltoall", "allreduce-ring", "allreduce-hd", "incast", "permutation"}) {
     CAPTURE(w);
