@@ -138,6 +138,27 @@ TEST_CASE("roce_lossy__recovers_by_go_back_n") {
   CHECK(r.pfc_pause_frames == 0);
 }
 
+TEST_CASE("fat_tree__alltoall_crosses_three_tiers_byte_exact") {
+  auto s = scenario("alltoall", "metaroce", 128 * 1024);
+  s.topo.kind = fab::TopologyConfig::Kind::kFatTree;  // k = 4: 16 hosts, 20 switches
+  REQUIRE(fab::check(s) == "");
+  const auto r = fab::run(s);
+  require_byte_exact(r);
+  bool core_used = false;
+  for (const auto& t : r.tiers) core_used |= t.name == "core-down" && t.max_queue_bytes > 0;
+  CHECK(core_used);
+}
+
+TEST_CASE("topology__rejects_what_it_cannot_build") {
+  fab::TopologyConfig t;
+  t.hosts = 20;
+  t.kind = fab::TopologyConfig::Kind::kFatTree;
+  CHECK(fab::check(t).find("k^3/4") != std::string::npos);
+  t.kind = fab::TopologyConfig::Kind::kLeafSpine;
+  t.hosts_per_leaf = 8;
+  CHECK(fab::check(t).find("do not fill leaves") != std::string::npos);
+}
+
 TEST_CASE("runs_are_deterministic") {
   auto s = scenario("alltoall", "metaroce", 64 * 1024);
   const auto a = fab::run(s), b = fab::run(s);
