@@ -11,8 +11,8 @@ namespace metaroce::fabric {
 using ns3::Ptr;
 namespace {
 constexpr fw::OwnerId kOwner = 1;
-constexpr uint32_t kAllAccess = fw::kAccessLocalWrite | fw::kAccessRemoteWrite |
-                                fw::kAccessRemoteRead;
+constexpr uint32_t kAllAccess =
+    fw::kAccessLocalWrite | fw::kAccessRemoteWrite | fw::kAccessRemoteRead;
 
 uint64_t splitmix(uint64_t& s) {
   uint64_t z = (s += 0x9E3779B97F4A7C15ull);
@@ -21,15 +21,24 @@ uint64_t splitmix(uint64_t& s) {
   return z ^ (z >> 31);
 }
 proto::MacAddr host_mac(uint32_t host) {
-  return {0x02, 0x00, static_cast<uint8_t>(host >> 24), static_cast<uint8_t>(host >> 16),
-          static_cast<uint8_t>(host >> 8), static_cast<uint8_t>(host)};
+  return {0x02,
+          0x00,
+          static_cast<uint8_t>(host >> 24),
+          static_cast<uint8_t>(host >> 16),
+          static_cast<uint8_t>(host >> 8),
+          static_cast<uint8_t>(host)};
 }
 }  // namespace
 
 EngineNic::EngineNic(uint32_t host, Ptr<ns3::PointToPointNetDevice> dev, size_t memory_bytes,
                      const EngineNicConfig& cfg, uint64_t seed, NicHandler* handler)
-    : host_(host), cfg_(cfg), memory_(memory_bytes), handler_(handler), rng_(seed),
-      tx_buf_(16384), rx_buf_(16384) {
+    : host_(host),
+      cfg_(cfg),
+      memory_(memory_bytes),
+      handler_(handler),
+      rng_(seed),
+      tx_buf_(16384),
+      rx_buf_(16384) {
   port_ = std::make_unique<Port>(dev, 0, this, this);
   fw::EngineConfig ec = cfg.engine;
   ec.port.gids = {proto::IpAddr::v4(host_ip(host))};
@@ -72,9 +81,8 @@ void EngineNic::connect(uint32_t conn, const ConnAddr& peer) {
   a.qp_state = fw::QpState::kInit;
   a.port_num = 1;
   a.qp_access_flags = kAllAccess;
-  int rc = engine_->modify_qp(kOwner, c.qpn, a,
-                              fw::kAttrState | fw::kAttrPkeyIndex | fw::kAttrPort |
-                                  fw::kAttrAccessFlags);
+  int rc = engine_->modify_qp(
+      kOwner, c.qpn, a, fw::kAttrState | fw::kAttrPkeyIndex | fw::kAttrPort | fw::kAttrAccessFlags);
   a.qp_state = fw::QpState::kRtr;
   a.av.dgid = proto::IpAddr::v4(host_ip(peer.host));
   a.path_mtu = cfg_.path_mtu;
@@ -243,7 +251,7 @@ void EngineNic::arm_timer(bool timer_fired) {
   if (d == fw::kNever) return;
   const fw::Time t = now();
   if (d <= t) d = timer_fired ? t + 1 : t;  // still due right after firing: next ns
-  if (d >= timer_at_) return;  // an earlier or equal wake-up is pending
+  if (d >= timer_at_) return;               // an earlier or equal wake-up is pending
   timer_.Cancel();
   timer_at_ = d;
   timer_ = ns3::Simulator::Schedule(ns3::NanoSeconds(d - t), &EngineNic::on_timer_event, this);

@@ -29,7 +29,7 @@ namespace metaroce::fabric {
 struct EngineNicConfig {
   fw::EngineConfig engine;
   uint32_t path_mtu = 4096;
-  uint8_t timeout = 14;   // IB encoding (4.096 us x 2^14 = 67 ms)
+  uint8_t timeout = 14;  // IB encoding (4.096 us x 2^14 = 67 ms)
   uint8_t retry_cnt = 7;
   // Work queue sizes per connection. The engine preallocates every slot
   // (about 350 B per send and 280 B per receive WQE), which dominates memory

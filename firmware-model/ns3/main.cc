@@ -103,10 +103,14 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
        }},
       {"ecn",
        [&] {
-         if (v == "off") w.ecn = fab::SwitchConfig::Ecn::kOff;
-         else if (v == "threshold") w.ecn = fab::SwitchConfig::Ecn::kThreshold;
-         else if (v == "red") w.ecn = fab::SwitchConfig::Ecn::kRed;
-         else die("--ecn is off, threshold or red");
+         if (v == "off")
+           w.ecn = fab::SwitchConfig::Ecn::kOff;
+         else if (v == "threshold")
+           w.ecn = fab::SwitchConfig::Ecn::kThreshold;
+         else if (v == "red")
+           w.ecn = fab::SwitchConfig::Ecn::kRed;
+         else
+           die("--ecn is off, threshold or red");
        }},
       {"ecn-kb", [&] { w.ecn_k_bytes = to_u64(v, k) * 1000; }},
       {"pfc",
@@ -158,7 +162,8 @@ Cli parse(int argc, char** argv) {
   for (auto& [k, v] : opts) {
     if (k != "transport") apply(c, k, v);
   }
-  if (c.s.name == "run") c.s.name = c.s.work.kind + "-" + c.s.transport + "-" + std::to_string(c.s.topo.hosts);
+  if (c.s.name == "run")
+    c.s.name = c.s.work.kind + "-" + c.s.transport + "-" + std::to_string(c.s.topo.hosts);
   return c;
 }
 
@@ -169,7 +174,8 @@ int main(int argc, char** argv) {
   if (auto e = fab::check(c.s); !e.empty()) die(e);
   if (c.list_links) {
     fab::Fabric f(c.s.topo, c.s.sw);
-    for (size_t i = 0; i < f.links().size(); ++i) std::cout << i << " " << f.links()[i].name << "\n";
+    for (size_t i = 0; i < f.links().size(); ++i)
+      std::cout << i << " " << f.links()[i].name << "\n";
     return 0;
   }
   const fab::RunResult r = fab::run(c.s);

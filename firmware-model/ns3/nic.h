@@ -56,14 +56,14 @@ class NicHandler {
 
 struct NicStats {
   uint64_t tx_packets = 0, tx_bytes = 0, rx_packets = 0;
-  uint64_t retransmits = 0;     // packets sent again
+  uint64_t retransmits = 0;  // packets sent again
   uint64_t timeouts = 0;
-  uint64_t naks_sent = 0;       // go-back-N NAKs (RoCEv2) / NACKs
+  uint64_t naks_sent = 0;  // go-back-N NAKs (RoCEv2) / NACKs
   uint64_t ecn_marks_seen = 0;
-  uint64_t cnps = 0;            // RoCEv2: CNPs sent
-  uint64_t errors = 0;          // failed work requests
+  uint64_t cnps = 0;                 // RoCEv2: CNPs sent
+  uint64_t errors = 0;               // failed work requests
   uint64_t nic_queue_max_bytes = 0;  // largest backlog in the NIC's TX queues
-  std::string detail;           // implementation-specific counters, "k=v ..."
+  std::string detail;                // implementation-specific counters, "k=v ..."
 };
 
 class Nic : public FrameSource, public FrameSink {

@@ -16,8 +16,8 @@
 #include "ns3/mac48-address.h"
 #include "ns3/node.h"
 #include "ns3/packet.h"
-#include "ns3/point-to-point-net-device.h"
 #include "ns3/point-to-point-channel.h"
+#include "ns3/point-to-point-net-device.h"
 #include "ns3/simulator.h"
 
 namespace metaroce::fabric {
@@ -44,7 +44,7 @@ struct PortCounters {
   uint64_t rx_drop_random_loss = 0;  // dropped by the link's loss model
   uint64_t drop_link_down = 0;       // sent into or arriving on a failed link
   uint64_t pfc_rx_pause = 0, pfc_rx_resume = 0;
-  int64_t paused_ns = 0;             // total time the data priority was paused
+  int64_t paused_ns = 0;  // total time the data priority was paused
 };
 
 class Port {

@@ -74,8 +74,8 @@ bool RoceNic::write_imm(uint32_t conn, uint64_t addr, uint64_t remote_addr, uint
   q.next_psn += npkts;
   activate(conn);
   if (!rto_timer_.IsRunning()) {
-    rto_timer_ = ns3::Simulator::Schedule(ns3::NanoSeconds(cfg_.rto_ns / 4), &RoceNic::check_timeouts,
-                                          this);
+    rto_timer_ =
+        ns3::Simulator::Schedule(ns3::NanoSeconds(cfg_.rto_ns / 4), &RoceNic::check_timeouts, this);
   }
   return true;
 }
@@ -206,10 +206,17 @@ void RoceNic::on_frame(int, Ptr<const ns3::Packet> frame) {
   if (ce) ++stats_.ecn_marks_seen;
   switch (b[0]) {
     case kOpData:
-    case kOpDataLastImm: on_data(qi, q, f, ce); break;
-    case kOpAck: on_ack(q, b[kBth], psn); break;
-    case kOpCnp: on_cnp(q); break;
-    default: break;
+    case kOpDataLastImm:
+      on_data(qi, q, f, ce);
+      break;
+    case kOpAck:
+      on_ack(q, b[kBth], psn);
+      break;
+    case kOpCnp:
+      on_cnp(q);
+      break;
+    default:
+      break;
   }
 }
 
@@ -279,8 +286,8 @@ void RoceNic::check_timeouts() {
     }
   }
   if (outstanding) {
-    rto_timer_ = ns3::Simulator::Schedule(ns3::NanoSeconds(cfg_.rto_ns / 4), &RoceNic::check_timeouts,
-                                          this);
+    rto_timer_ =
+        ns3::Simulator::Schedule(ns3::NanoSeconds(cfg_.rto_ns / 4), &RoceNic::check_timeouts, this);
   }
 }
 

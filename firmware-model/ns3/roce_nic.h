@@ -31,20 +31,20 @@
 namespace metaroce::fabric {
 
 struct RoceConfig {
-  uint32_t mtu = 4096;                  // payload bytes per packet
+  uint32_t mtu = 4096;  // payload bytes per packet
   uint64_t link_bps = 100'000'000'000;
   int64_t base_rtt_ns = 10'000;
-  int64_t rto_ns = 1'000'000;           // retransmission timeout (ConnectX min is ~ms)
-  uint32_t ack_every = 16;              // A-bit on every 16th packet and on each last
+  int64_t rto_ns = 1'000'000;  // retransmission timeout (ConnectX min is ~ms)
+  uint32_t ack_every = 16;     // A-bit on every 16th packet and on each last
   // DCQCN (SIGCOMM 2015 section 5 values; R_AI scaled from 40 Gb/s)
   double g = 1.0 / 256;
-  int64_t cnp_interval_ns = 50'000;     // NP: at most one CNP per QP per 50 us
-  int64_t alpha_timer_ns = 55'000;      // RP: alpha decays every 55 us without CNP
-  int64_t increase_timer_ns = 55'000;   // RP: rate-increase timer T
-  uint64_t byte_counter = 10'000'000;   // RP: rate-increase byte counter B
-  uint32_t fast_recovery_steps = 5;     // F
-  double rai_fraction = 0.001;          // R_AI = 40 Mb/s at 40 Gb/s
-  double rhai_fraction = 0.005;         // R_HAI
+  int64_t cnp_interval_ns = 50'000;    // NP: at most one CNP per QP per 50 us
+  int64_t alpha_timer_ns = 55'000;     // RP: alpha decays every 55 us without CNP
+  int64_t increase_timer_ns = 55'000;  // RP: rate-increase timer T
+  uint64_t byte_counter = 10'000'000;  // RP: rate-increase byte counter B
+  uint32_t fast_recovery_steps = 5;    // F
+  double rai_fraction = 0.001;         // R_AI = 40 Mb/s at 40 Gb/s
+  double rhai_fraction = 0.005;        // R_HAI
   double min_rate_fraction = 0.001;
 };
 

@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "firmware-model/ns3/engine_nic.h"
+#include "firmware-model/ns3/roce_nic.h"
 #include "ns3/global-value.h"
 #include "ns3/string.h"
-#include "firmware-model/ns3/roce_nic.h"
 
 namespace metaroce::fabric {
 
@@ -63,7 +63,8 @@ void sample(Fabric* f, std::vector<QueueSample>* out, int64_t period, const Work
   }
   const int64_t now = ns3::Simulator::Now().GetNanoSeconds();
   for (auto& [t, e] : by_tier) out->push_back({now, t, e.first, e.second});
-  if (!w->finished()) ns3::Simulator::Schedule(ns3::NanoSeconds(period), &sample, f, out, period, w);
+  if (!w->finished())
+    ns3::Simulator::Schedule(ns3::NanoSeconds(period), &sample, f, out, period, w);
 }
 
 void collect_switches(Fabric& f, double dur_ns, RunResult& r) {
@@ -79,7 +80,8 @@ void collect_switches(Fabric& f, double dur_ns, RunResult& r) {
       const PortCounters pc = s->port(p).counters();
       ++t.ports;
       t.max_queue_bytes = std::max(t.max_queue_bytes, q.max_bytes);
-      t.avg_queue_bytes += (q.byte_ns + static_cast<double>(q.bytes) * (dur_ns - q.last_ns)) / dur_ns;
+      t.avg_queue_bytes +=
+          (q.byte_ns + static_cast<double>(q.bytes) * (dur_ns - q.last_ns)) / dur_ns;
       t.pfc_paused_us += pc.paused_ns / 1e3;
       r.drops_random_loss += pc.rx_drop_random_loss;
       r.drops_link_down += pc.drop_link_down;
@@ -257,25 +259,27 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
     << ",\n  \"workload\": " << quote(s.work.kind) << ",\n  \"hosts\": " << s.topo.hosts
     << ",\n  \"topology\": "
     << quote(s.topo.kind == TopologyConfig::Kind::kFatTree ? "fat-tree" : "leaf-spine")
-    << ",\n  \"link_gbps\": " << s.topo.link_bps / 1e9 << ",\n  \"oversubscription\": "
-    << s.topo.oversubscription << ",\n  \"bytes\": " << s.work.bytes
-    << ",\n  \"num_paths\": " << s.num_paths << ",\n  \"congestion\": " << quote(s.congestion)
-    << ",\n  \"seed\": " << s.seed << ",\n  \"completed\": " << (r.completed ? "true" : "false")
-    << ",\n  \"error\": " << quote(r.error) << ",\n  \"verified\": "
-    << (r.verify_error.empty() ? "true" : "false") << ",\n  \"verify_error\": "
-    << quote(r.verify_error) << ",\n  \"completion_us\": " << r.completion_us
-    << ",\n  \"ideal_us\": " << r.ideal_us << ",\n  \"ratio_to_ideal\": " << r.ratio
-    << ",\n  \"flows\": " << r.flows << ",\n  ";
+    << ",\n  \"link_gbps\": " << s.topo.link_bps / 1e9
+    << ",\n  \"oversubscription\": " << s.topo.oversubscription
+    << ",\n  \"bytes\": " << s.work.bytes << ",\n  \"num_paths\": " << s.num_paths
+    << ",\n  \"congestion\": " << quote(s.congestion) << ",\n  \"seed\": " << s.seed
+    << ",\n  \"completed\": " << (r.completed ? "true" : "false")
+    << ",\n  \"error\": " << quote(r.error)
+    << ",\n  \"verified\": " << (r.verify_error.empty() ? "true" : "false")
+    << ",\n  \"verify_error\": " << quote(r.verify_error)
+    << ",\n  \"completion_us\": " << r.completion_us << ",\n  \"ideal_us\": " << r.ideal_us
+    << ",\n  \"ratio_to_ideal\": " << r.ratio << ",\n  \"flows\": " << r.flows << ",\n  ";
   pct(o, "fct_us", r.fct_us);
   o << ",\n  ";
   pct(o, "slowdown", r.slowdown);
   o << ",\n  \"drops\": " << r.drops << ",\n  \"drops_buffer\": " << r.drops_buffer
-    << ",\n  \"drops_random_loss\": " << r.drops_random_loss << ",\n  \"drops_link_down\": "
-    << r.drops_link_down << ",\n  \"ecn_marked\": " << r.ecn_marked
-    << ",\n  \"pfc_pause_frames\": " << r.pfc_pause_frames << ",\n  \"pfc_paused_us\": "
-    << r.pfc_paused_us << ",\n  \"retransmits\": " << r.nic.retransmits
-    << ",\n  \"timeouts\": " << r.nic.timeouts << ",\n  \"naks\": " << r.nic.naks_sent
-    << ",\n  \"cnps\": " << r.nic.cnps << ",\n  \"nic_errors\": " << r.nic.errors
+    << ",\n  \"drops_random_loss\": " << r.drops_random_loss
+    << ",\n  \"drops_link_down\": " << r.drops_link_down << ",\n  \"ecn_marked\": " << r.ecn_marked
+    << ",\n  \"pfc_pause_frames\": " << r.pfc_pause_frames
+    << ",\n  \"pfc_paused_us\": " << r.pfc_paused_us
+    << ",\n  \"retransmits\": " << r.nic.retransmits << ",\n  \"timeouts\": " << r.nic.timeouts
+    << ",\n  \"naks\": " << r.nic.naks_sent << ",\n  \"cnps\": " << r.nic.cnps
+    << ",\n  \"nic_errors\": " << r.nic.errors
     << ",\n  \"nic_queue_max_bytes\": " << r.nic.nic_queue_max_bytes
     << ",\n  \"nic_detail\": " << quote(r.nic.detail) << ",\n  \"tiers\": [";
   for (size_t i = 0; i < r.tiers.size(); ++i) {

@@ -63,7 +63,7 @@ struct RunResult {
   std::string error;         // workload or NIC error
   std::string verify_error;  // "" = byte-exact at every receiver
   double completion_us = 0, ideal_us = 0, ratio = 0;
-  Percentiles slowdown;   // flow completion time / (alone on an idle fabric)
+  Percentiles slowdown;  // flow completion time / (alone on an idle fabric)
   Percentiles fct_us;
   uint64_t flows = 0;
   std::vector<TierStats> tiers;

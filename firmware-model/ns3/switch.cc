@@ -18,7 +18,11 @@ void QueueStats::change(int64_t now, int64_t delta) {
 
 Switch::Switch(std::string name, int tier, Ptr<ns3::Node> node, const SwitchConfig& cfg,
                uint32_t salt)
-    : name_(std::move(name)), tier_(tier), node_(node), cfg_(cfg), salt_(salt),
+    : name_(std::move(name)),
+      tier_(tier),
+      node_(node),
+      cfg_(cfg),
+      salt_(salt),
       rng_(0x5851F42D4C957F2Dull ^ salt) {}
 
 Switch::~Switch() = default;
@@ -75,8 +79,10 @@ bool Switch::admit(const PortState& out, uint32_t size) const {
 
 bool Switch::should_mark(uint64_t queue_bytes) {
   switch (cfg_.ecn) {
-    case SwitchConfig::Ecn::kOff: return false;
-    case SwitchConfig::Ecn::kThreshold: return queue_bytes > cfg_.ecn_k_bytes;
+    case SwitchConfig::Ecn::kOff:
+      return false;
+    case SwitchConfig::Ecn::kThreshold:
+      return queue_bytes > cfg_.ecn_k_bytes;
     case SwitchConfig::Ecn::kRed: {
       if (queue_bytes <= cfg_.red_kmin_bytes) return false;
       if (queue_bytes >= cfg_.red_kmax_bytes) return true;

@@ -29,7 +29,7 @@ struct SwitchConfig {
   double shared_alpha = 1.0;
   // ECN on ECT frames, decided at enqueue on the egress queue's bytes.
   enum class Ecn { kOff, kThreshold, kRed } ecn = Ecn::kThreshold;
-  uint64_t ecn_k_bytes = 100'000;  // threshold mode
+  uint64_t ecn_k_bytes = 100'000;                             // threshold mode
   uint64_t red_kmin_bytes = 5'000, red_kmax_bytes = 200'000;  // RED (DCQCN paper)
   double red_pmax = 0.01;
   // PFC: per ingress port, bytes held in this switch that came from it.
@@ -50,9 +50,9 @@ struct QueueStats {
 };
 
 struct SwitchCounters {
-  uint64_t rx_drop_not_ip = 0;      // not an IPv4/UDP frame
-  uint64_t rx_drop_no_route = 0;    // destination host not in the table
-  uint64_t drop_buffer_full = 0;    // egress queue or shared pool full
+  uint64_t rx_drop_not_ip = 0;    // not an IPv4/UDP frame
+  uint64_t rx_drop_no_route = 0;  // destination host not in the table
+  uint64_t drop_buffer_full = 0;  // egress queue or shared pool full
   uint64_t ecn_marked = 0;
   uint64_t pfc_tx_pause = 0, pfc_tx_resume = 0;
   uint64_t forwarded = 0;

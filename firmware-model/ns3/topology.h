@@ -19,9 +19,9 @@ namespace metaroce::fabric {
 struct TopologyConfig {
   enum class Kind { kLeafSpine, kFatTree } kind = Kind::kLeafSpine;
   uint32_t hosts = 16;
-  uint32_t hosts_per_leaf = 16;  // leaf-spine; fewer hosts = one leaf's worth
-  uint32_t spines = 0;           // leaf-spine; 0 = as many as uplinks, at most 16
-  double oversubscription = 1.0; // leaf-spine: host ports / uplinks per leaf
+  uint32_t hosts_per_leaf = 16;   // leaf-spine; fewer hosts = one leaf's worth
+  uint32_t spines = 0;            // leaf-spine; 0 = as many as uplinks, at most 16
+  double oversubscription = 1.0;  // leaf-spine: host ports / uplinks per leaf
   uint64_t link_bps = 100'000'000'000;
   int64_t link_delay_ns = 1'000;
 };

@@ -55,9 +55,10 @@ bool mark_ce(std::span<uint8_t> f) {
 
 uint32_t flow_hash(const FlowKey& k, uint32_t salt) {
   // splitmix64 finalizer over the packed tuple: cheap, well mixed.
-  uint64_t x = (uint64_t{k.src_ip} << 32 | k.dst_ip) ^
-               (uint64_t{k.src_port} << 48 | uint64_t{k.dst_port} << 32 | uint64_t{k.protocol} << 24) ^
-               (uint64_t{salt} * 0x9E3779B97F4A7C15ull);
+  uint64_t x =
+      (uint64_t{k.src_ip} << 32 | k.dst_ip) ^
+      (uint64_t{k.src_port} << 48 | uint64_t{k.dst_port} << 32 | uint64_t{k.protocol} << 24) ^
+      (uint64_t{salt} * 0x9E3779B97F4A7C15ull);
   x ^= x >> 30;
   x *= 0xBF58476D1CE4E5B9ull;
   x ^= x >> 27;

@@ -13,7 +13,7 @@ namespace metaroce::fabric {
 inline constexpr uint16_t kEtherIpv4 = 0x0800;
 inline constexpr uint16_t kEtherPfc = 0x8808;  // MAC control (IEEE 802.1Qbb)
 inline constexpr size_t kEthLen = 14;
-inline constexpr size_t kHeaderPeek = 64;  // bytes a switch needs to look at
+inline constexpr size_t kHeaderPeek = 64;    // bytes a switch needs to look at
 inline constexpr uint8_t kDataPriority = 3;  // the lossless class under PFC
 
 // Hosts are numbered 0..N-1; host h has IPv4 10.0.0.0 + h + 1.

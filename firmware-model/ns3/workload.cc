@@ -265,7 +265,8 @@ class HalvingDoubling final : public Workload {
   uint64_t scratch(uint32_t k) const { return size_ + (size_ - (size_ >> k)); }
   void send_rs(uint32_t r, uint32_t k) {
     const Range peer = kept(r ^ (n_ >> (k + 1)), static_cast<int>(k));
-    post(r, conn_[r][k], peer.lo, scratch(k), static_cast<uint32_t>(peer.len), tag(kPhaseRs, 0, k, 0));
+    post(r, conn_[r][k], peer.lo, scratch(k), static_cast<uint32_t>(peer.len),
+         tag(kPhaseRs, 0, k, 0));
   }
   void send_ag(uint32_t r, uint32_t k) {  // exchange the ranges kept after RS step k
     const Range mine = kept(r, static_cast<int>(k));
@@ -409,7 +410,8 @@ std::string check(const WorkloadConfig& w) {
   if (w.hosts < 2) return "need at least 2 hosts";
   if (w.hosts > 4095) return "at most 4095 hosts (the step field of the immediate)";
   if (w.bytes == 0 || w.bytes > (uint64_t{1} << 31)) return "bytes must be in 1..2^31";
-  if (k == "allreduce-ring" && (w.channels == 0 || w.channels > 63 || w.slices == 0 || w.slices > 4095)) {
+  if (k == "allreduce-ring" &&
+      (w.channels == 0 || w.channels > 63 || w.slices == 0 || w.slices > 4095)) {
     return "channels must be 1..63 and slices 1..4095";
   }
   if (k == "allreduce-hd" && !std::has_single_bit(w.hosts)) {

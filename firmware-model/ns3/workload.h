@@ -28,10 +28,10 @@ namespace metaroce::fabric {
 struct WorkloadConfig {
   std::string kind = "alltoall";
   uint32_t hosts = 16;
-  uint64_t bytes = 1 << 20;   // allreduce: per rank; others: per flow (pair)
-  uint32_t channels = 4;      // ring allreduce
-  uint32_t slices = 4;        // ring allreduce: pieces per chunk, pipelined
-  uint32_t qps_per_pair = 1;  // alltoall
+  uint64_t bytes = 1 << 20;     // allreduce: per rank; others: per flow (pair)
+  uint32_t channels = 4;        // ring allreduce
+  uint32_t slices = 4;          // ring allreduce: pieces per chunk, pipelined
+  uint32_t qps_per_pair = 1;    // alltoall
   uint32_t incast_senders = 0;  // 0 = all other hosts
   uint64_t seed = 1;
 };

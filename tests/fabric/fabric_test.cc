@@ -13,8 +13,7 @@ namespace fab = metaroce::fabric;
 
 namespace {
 
-fab::Scenario scenario(const std::string& workload, const std::string& transport,
-                       uint64_t bytes) {
+fab::Scenario scenario(const std::string& workload, const std::string& transport, uint64_t bytes) {
   fab::Scenario s;
   s.name = workload + "-" + transport;
   s.transport = transport;
@@ -102,8 +101,8 @@ TEST_CASE("metaroce__alltoall_within_1_2x_of_ideal") {
 
 TEST_CASE("metaroce__link_failure_mid_collective_still_completes") {
   auto s = scenario("alltoall", "metaroce", 256 * 1024);
-  s.fail_link = 0;           // leaf0-spine0
-  s.fail_at_ns = 50'000;     // well inside the ~360 us collective
+  s.fail_link = 0;        // leaf0-spine0
+  s.fail_at_ns = 50'000;  // well inside the ~360 us collective
   const auto r = fab::run(s);
   require_byte_exact(r);
   CHECK(r.drops_link_down > 0);  // the failure really cost frames
