@@ -45,17 +45,9 @@ void Switch::set_route(uint32_t host, int group) {
   route_[host] = group;
 }
 
-void Switch::link_failed(int port) {
-  ports_[port].port->fail();
-  ns3::Simulator::Schedule(ns3::NanoSeconds(cfg_.reroute_delay_ns), &Switch::exclude_port, this,
-                           port);
-}
-
-void Switch::exclude_port(int port) {
-  for (auto& g : groups_) {
-    if (g.size() < 2) continue;  // a host's only link: nothing to fail over to
-    std::erase(g, port);
-  }
+void Switch::clear_routes() {
+  groups_.clear();
+  route_.clear();
 }
 
 int Switch::route(const FlowKey& k) const {

@@ -36,8 +36,8 @@ struct SwitchConfig {
   bool pfc = false;
   uint64_t pfc_xoff_bytes = 200'000;
   uint64_t pfc_xon_bytes = 180'000;
-  // After a link fails, ECMP groups keep hashing onto it for this long
-  // (failure detection + route update), then exclude it.
+  // After a link fails, switches keep their routes for this long (failure
+  // detection and convergence), then the fabric recomputes them.
   int64_t reroute_delay_ns = 50'000;
 };
 
@@ -68,8 +68,8 @@ class Switch final : public FrameSource, public FrameSink {
   int add_port(ns3::Ptr<ns3::PointToPointNetDevice> dev, bool up);
   int add_group(std::vector<int> ports);
   void set_route(uint32_t host, int group);
-  // The link on `port` went down at this moment (both ends call it).
-  void link_failed(int port);
+  // Drops every route and group (before the fabric recomputes them).
+  void clear_routes();
 
   Port& port(int i) { return *ports_[i].port; }
   int num_ports() const { return static_cast<int>(ports_.size()); }
@@ -102,7 +102,6 @@ class Switch final : public FrameSource, public FrameSink {
   bool admit(const PortState& out, uint32_t size) const;
   bool should_mark(uint64_t queue_bytes);
   void send_pfc(int port, bool pause);
-  void exclude_port(int port);
 
   std::string name_;
   int tier_;

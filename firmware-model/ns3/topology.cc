@@ -1,5 +1,6 @@
 #include "firmware-model/ns3/topology.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -54,6 +55,7 @@ Fabric::Fabric(const TopologyConfig& t, const SwitchConfig& s) : cfg_(t), scfg_(
   } else {
     build_leaf_spine();
   }
+  compute_routes();
 }
 
 Fabric::~Fabric() = default;
@@ -68,7 +70,61 @@ Switch* Fabric::add_switch(const std::string& name, int tier) {
 void Fabric::connect_host(uint32_t h, Switch* leaf) {
   auto [hd, sd] = make_link(host_nodes_[h], leaf->node(), cfg_.link_bps, cfg_.link_delay_ns);
   host_devs_[h] = hd;
-  leaf->set_route(h, leaf->add_group({leaf->add_port(sd, false)}));
+  if (tor_of_host_.size() <= h) {
+    tor_of_host_.resize(h + 1);
+    host_port_.resize(h + 1);
+  }
+  tor_of_host_[h] = index_of(leaf);
+  host_port_[h] = leaf->add_port(sd, false);
+}
+
+int Fabric::index_of(const Switch* s) const {
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    if (switches_[i].get() == s) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void Fabric::compute_routes() {
+  const size_t n = switches_.size();
+  std::vector<std::vector<std::pair<int, int>>> adj(n);  // (port, neighbour) over live links
+  for (const Link& l : links_) {
+    if (l.a->port(l.port_a).failed() || l.b->port(l.port_b).failed()) continue;
+    const int a = index_of(l.a), b = index_of(l.b);
+    adj[a].push_back({l.port_a, b});
+    adj[b].push_back({l.port_b, a});
+  }
+  for (auto& s : switches_) s->clear_routes();
+  std::vector<std::vector<uint32_t>> hosts_of(n);
+  for (uint32_t h = 0; h < tor_of_host_.size(); ++h) {
+    Switch* tor = switches_[tor_of_host_[h]].get();
+    tor->set_route(h, tor->add_group({host_port_[h]}));
+    hosts_of[tor_of_host_[h]].push_back(h);
+  }
+  for (size_t t = 0; t < n; ++t) {
+    if (hosts_of[t].empty()) continue;
+    std::vector<int> dist(n, -1);  // BFS from the destination ToR
+    std::vector<size_t> q{t};
+    dist[t] = 0;
+    for (size_t i = 0; i < q.size(); ++i) {
+      for (auto [p, nb] : adj[q[i]]) {
+        if (dist[nb] < 0) {
+          dist[nb] = dist[q[i]] + 1;
+          q.push_back(nb);
+        }
+      }
+    }
+    for (size_t s = 0; s < n; ++s) {
+      if (s == t || dist[s] < 0) continue;  // unreachable: no route, counted drops
+      std::vector<int> next;
+      for (auto [p, nb] : adj[s]) {
+        if (dist[nb] == dist[s] - 1) next.push_back(p);
+      }
+      std::sort(next.begin(), next.end());
+      const int g = switches_[s]->add_group(next);
+      for (uint32_t h : hosts_of[t]) switches_[s]->set_route(h, g);
+    }
+  }
 }
 
 Fabric::Link Fabric::connect(Switch* lower, Switch* upper, const std::string& name) {
@@ -90,29 +146,13 @@ void Fabric::build_leaf_spine() {
     for (uint32_t i = 0; i < hpl; ++i) connect_host(l * hpl + i, leaf[l]);
   }
   if (leaves == 1) return;
-  // spine_ports[s][l]: the ports of spine s towards leaf l
-  std::vector<std::vector<std::vector<int>>> spine_ports(spines,
-                                                         std::vector<std::vector<int>>(leaves));
   for (uint32_t l = 0; l < leaves; ++l) {
-    std::vector<int> up;
     for (uint32_t s = 0; s < spines; ++s) {
       for (uint32_t k = 0; k < parallel; ++k) {
         std::ostringstream n;
         n << "leaf" << l << "-spine" << s << "#" << k;
-        Link link = connect(leaf[l], spine[s], n.str());
-        up.push_back(link.port_a);
-        spine_ports[s][l].push_back(link.port_b);
+        connect(leaf[l], spine[s], n.str());
       }
-    }
-    const int g = leaf[l]->add_group(up);
-    for (uint32_t h = 0; h < cfg_.hosts; ++h) {
-      if (h / hpl != l) leaf[l]->set_route(h, g);
-    }
-  }
-  for (uint32_t s = 0; s < spines; ++s) {
-    for (uint32_t l = 0; l < leaves; ++l) {
-      const int g = spine[s]->add_group(spine_ports[s][l]);
-      for (uint32_t i = 0; i < hpl; ++i) spine[s]->set_route(l * hpl + i, g);
     }
   }
 }
@@ -123,50 +163,29 @@ void Fabric::build_fat_tree() {
   std::vector<Switch*> core(half * half);
   for (uint32_t c = 0; c < core.size(); ++c) core[c] = add_switch("core" + std::to_string(c), 2);
   for (uint32_t p = 0; p < k; ++p) {
-    std::vector<Switch*> agg(half), edge(half);
-    std::vector<std::vector<int>> agg_to_edge(half, std::vector<int>(half));
+    std::vector<Switch*> agg(half);
     for (uint32_t a = 0; a < half; ++a) {
       agg[a] = add_switch("pod" + std::to_string(p) + "-agg" + std::to_string(a), 1);
+      for (uint32_t j = 0; j < half; ++j) {  // agg a of every pod meets cores a*half..
+        Switch* c = core[a * half + j];
+        connect(agg[a], c, agg[a]->name() + "-" + c->name());
+      }
     }
     for (uint32_t e = 0; e < half; ++e) {
-      edge[e] = add_switch("pod" + std::to_string(p) + "-edge" + std::to_string(e), 0);
+      Switch* edge = add_switch("pod" + std::to_string(p) + "-edge" + std::to_string(e), 0);
       const uint32_t first = (p * half + e) * half;
-      for (uint32_t i = 0; i < half; ++i) connect_host(first + i, edge[e]);
-      std::vector<int> up;
-      for (uint32_t a = 0; a < half; ++a) {
-        Link l = connect(edge[e], agg[a], edge[e]->name() + "-" + agg[a]->name());
-        up.push_back(l.port_a);
-        agg_to_edge[a][e] = l.port_b;
-      }
-      const int g = edge[e]->add_group(up);
-      for (uint32_t h = 0; h < cfg_.hosts; ++h) {
-        if (h / half != p * half + e) edge[e]->set_route(h, g);
-      }
-    }
-    for (uint32_t a = 0; a < half; ++a) {
-      std::vector<int> up;
-      for (uint32_t j = 0; j < half; ++j) {
-        Switch* c = core[a * half + j];
-        Link l = connect(agg[a], c, agg[a]->name() + "-" + c->name());
-        up.push_back(l.port_a);
-        const int down = c->add_group({l.port_b});
-        for (uint32_t i = 0; i < half * half; ++i) c->set_route(p * half * half + i, down);
-      }
-      const int gup = agg[a]->add_group(up);
-      std::vector<int> down(half);
-      for (uint32_t e = 0; e < half; ++e) down[e] = agg[a]->add_group({agg_to_edge[a][e]});
-      for (uint32_t h = 0; h < cfg_.hosts; ++h) {
-        const bool in_pod = h / (half * half) == p;
-        agg[a]->set_route(h, in_pod ? down[(h / half) % half] : gup);
-      }
+      for (uint32_t i = 0; i < half; ++i) connect_host(first + i, edge);
+      for (uint32_t a = 0; a < half; ++a)
+        connect(edge, agg[a], edge->name() + "-" + agg[a]->name());
     }
   }
 }
 
 void Fabric::fail_link(size_t i) {
   const Link& l = links_.at(i);
-  l.a->link_failed(l.port_a);
-  l.b->link_failed(l.port_b);
+  l.a->port(l.port_a).fail();
+  l.b->port(l.port_b).fail();
+  ns3::Simulator::Schedule(ns3::NanoSeconds(scfg_.reroute_delay_ns), &Fabric::compute_routes, this);
 }
 
 void Fabric::set_link_loss(size_t i, double p, uint64_t seed) {

@@ -1,7 +1,10 @@
 // Fabric topologies built of ns-3 nodes, point-to-point links and Switch:
 // a two-tier leaf-spine (with oversubscription and parallel leaf-spine
 // links) and a three-tier k-ary fat-tree (Al-Fares et al., SIGCOMM 2008).
-// Every switch gets an O(1) route table: destination host -> ECMP group.
+// Every switch gets an O(1) route table: destination host -> ECMP group,
+// computed from the live links (shortest paths to the host's ToR switch, as
+// a converged routing protocol or an SDN controller would install them),
+// and recomputed reroute_delay_ns after a link fails.
 // Nothing global survives construction except these objects, and every link
 // is a PointToPointChannel, so the fabric can be cut into MPI partitions
 // along links (docs/evaluation.md, "Scale").
@@ -47,13 +50,16 @@ class Fabric {
   const std::vector<Link>& links() const { return links_; }
   // Switch hops on the longest shortest path between two hosts.
   int max_switch_hops() const { return max_hops_; }
-  // The link goes down now, both directions.
+  // The link goes down now, both directions; routes converge later.
   void fail_link(size_t i);
+  // Installs ECMP routes over the links that are up.
+  void compute_routes();
   void set_link_loss(size_t i, double p, uint64_t seed);
   const TopologyConfig& config() const { return cfg_; }
 
  private:
   Switch* add_switch(const std::string& name, int tier);
+  int index_of(const Switch* s) const;
   void connect_host(uint32_t h, Switch* leaf);
   Link connect(Switch* lower, Switch* upper, const std::string& name);
   void build_leaf_spine();
@@ -65,6 +71,7 @@ class Fabric {
   std::vector<ns3::Ptr<ns3::PointToPointNetDevice>> host_devs_;
   std::vector<ns3::Ptr<ns3::Node>> host_nodes_;
   std::vector<Link> links_;
+  std::vector<int> tor_of_host_, host_port_;  // host -> ToR switch index, its port there
   int max_hops_ = 0;
 };
 

@@ -109,6 +109,19 @@ TEST_CASE("metaroce__link_failure_mid_collective_still_completes") {
   CHECK(r.nic.retransmits > 0);
 }
 
+// Routes converge after a failure: every switch stops using next hops that
+// lead to the dead link (not only its two ends), so a RoCEv2 QP pinned to
+// a path through it is rehashed onto a live path and recovers.
+TEST_CASE("roce_pfc__link_failure_converges_and_completes") {
+  auto s = scenario("alltoall", "roce-pfc", 256 * 1024);
+  s.fail_link = 0;
+  s.fail_at_ns = 50'000;
+  const auto r = fab::run(s);
+  require_byte_exact(r);
+  CHECK(r.drops_link_down > 0);
+  CHECK(r.nic.retransmits > 0);
+}
+
 TEST_CASE("roce_pfc__ring_allreduce_completes_byte_exact") {
   require_byte_exact(fab::run(scenario("allreduce-ring", "roce-pfc", 256 * 1024)));
 }
