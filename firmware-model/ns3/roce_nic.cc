@@ -195,11 +195,24 @@ void RoceNic::on_frame(int, Ptr<const ns3::Packet> frame) {
   frame->CopyData(buf_.data(), n);
   const std::span<const uint8_t> f(buf_.data(), n);
   auto key = parse_ipv4_udp(f);
-  if (!key || key->dst_port != kRoceV2Port || n < kIpv4UdpHeaders + kBth + kIcrc) return;
-  ++stats_.rx_packets;
+  if (!key || key->dst_port != kRoceV2Port) {
+    ++rx_drop_not_roce_;
+    return;
+  }
   const uint8_t* b = buf_.data() + kIpv4UdpHeaders;
+  const bool data = n >= kIpv4UdpHeaders + kBth && (b[0] == kOpData || b[0] == kOpDataLastImm);
+  const size_t need =
+      kIpv4UdpHeaders + kBth + kIcrc + (data ? kReth + (b[0] == kOpDataLastImm ? kImm : 0) : kAeth);
+  if (n < need) {
+    ++rx_drop_malformed_;
+    return;
+  }
+  ++stats_.rx_packets;
   const uint32_t qi = (get32(b + 4) & 0xFFFFFF) - kQpnBase;
-  if (qi >= qps_.size()) return;
+  if (qi >= qps_.size()) {
+    ++rx_drop_unknown_qp_;
+    return;
+  }
   Qp& q = qps_[qi];
   const uint32_t psn = get32(b + 8) & ~kAckReq;
   const bool ce = key->ecn == 3;
@@ -230,12 +243,16 @@ void RoceNic::on_data(uint32_t qi, Qp& q, std::span<const uint8_t> f, bool ce) {
     send_control(q, kOpCnp, 0, 0);
   }
   if (psn != q.epsn) {
-    if (psn > q.epsn && !q.nak_pending) {  // first gap: one NAK, then silence
+    if (psn < q.epsn) {  // duplicate: re-acknowledge
+      ++rx_drop_duplicate_;
+      send_control(q, kOpAck, kSynAck, q.epsn - 1);
+      return;
+    }
+    ++rx_drop_out_of_order_;  // go-back-N keeps nothing beyond a gap
+    if (!q.nak_pending) {     // first gap: one NAK, then silence
       q.nak_pending = true;
       ++stats_.naks_sent;
       send_control(q, kOpAck, kSynNakSeq, q.epsn);
-    } else if (psn < q.epsn) {  // duplicate: re-acknowledge
-      send_control(q, kOpAck, kSynAck, q.epsn - 1);
     }
     return;
   }
@@ -245,7 +262,10 @@ void RoceNic::on_data(uint32_t qi, Qp& q, std::span<const uint8_t> f, bool ce) {
   const uint8_t* p = b + kBth + kReth + (last ? kImm : 0);
   const size_t len = static_cast<size_t>(f.data() + f.size() - kIcrc - p);
   auto dst = memory_.at(va, len);
-  if (dst.size() != len) return;  // outside the region: dropped (the sender times out)
+  if (dst.size() != len || len > cfg_.mtu) {  // outside the region: the sender times out
+    ++rx_drop_bad_address_;
+    return;
+  }
   std::memcpy(dst.data(), p, len);
   ++q.epsn;
   q.nak_pending = false;
@@ -345,7 +365,11 @@ NicStats RoceNic::stats() const {
   std::ostringstream d;
   double min_rate = static_cast<double>(cfg_.link_bps);
   for (const Qp& q : qps_) min_rate = std::min(min_rate, q.cc.rc);
-  d << "min_rate_gbps=" << min_rate / 1e9;
+  d << "min_rate_gbps=" << min_rate / 1e9 << " rx_drop_not_roce=" << rx_drop_not_roce_
+    << " rx_drop_malformed=" << rx_drop_malformed_ << " rx_drop_unknown_qp=" << rx_drop_unknown_qp_
+    << " rx_drop_out_of_order=" << rx_drop_out_of_order_
+    << " rx_drop_duplicate=" << rx_drop_duplicate_
+    << " rx_drop_bad_address=" << rx_drop_bad_address_;
   s.detail = d.str();
   return s;
 }

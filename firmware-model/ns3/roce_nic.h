@@ -119,6 +119,9 @@ class RoceNic final : public Nic {
   int64_t wake_at_ = -1;
   ns3::EventId wake_, rto_timer_;
   NicStats stats_;
+  // Receive drops by reason.
+  uint64_t rx_drop_not_roce_ = 0, rx_drop_malformed_ = 0, rx_drop_unknown_qp_ = 0;
+  uint64_t rx_drop_out_of_order_ = 0, rx_drop_duplicate_ = 0, rx_drop_bad_address_ = 0;
 };
 
 }  // namespace metaroce::fabric

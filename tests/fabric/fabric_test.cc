@@ -6,6 +6,7 @@
 #include <set>
 
 #include "doctest/doctest.h"
+#include "firmware-model/ns3/roce_nic.h"
 #include "firmware-model/ns3/scenario.h"
 #include "firmware-model/ns3/wire.h"
 
@@ -80,6 +81,38 @@ TEST_CASE("pattern__word_fill_matches_the_byte_definition_at_any_offset") {
     for (uint64_t i = 0; i < v.size(); ++i) REQUIRE(v[i] == fab::pattern(5, first + i, 9));
   }
   CHECK(fab::pattern(5, 0, 9) != fab::pattern(6, 0, 9));  // sources differ (for this seed)
+}
+
+// Hostile frames at the RoCEv2 baseline NIC: each cut of a data frame and a
+// frame for a QP that does not exist is dropped and counted by reason.
+TEST_CASE("roce_nic__malformed_and_unknown_frames_are_counted_drops") {
+  struct Sink : fab::NicHandler {
+    int recvs = 0;
+    void on_recv(uint32_t, uint32_t, uint32_t, uint32_t) override { ++recvs; }
+    void on_send_done(uint32_t, uint32_t, uint64_t, bool) override {}
+  } sink;
+  auto a = ns3::CreateObject<ns3::Node>(), b = ns3::CreateObject<ns3::Node>();
+  auto [da, db] = fab::make_link(a, b, 100'000'000'000, 1000);
+  fab::RoceNic nic(0, da, 1 << 16, fab::RoceConfig{}, &sink);
+  const uint32_t conn = nic.open(1);
+  nic.connect(conn, {1, 0x100, 1});
+  std::vector<uint8_t> f(fab::kIpv4UdpHeaders + 12 + 16 + 4 + 64 + 4, 0);
+  fab::FlowKey k{fab::host_ip(1), fab::host_ip(0), 0xC000, 4791, 17, 2};
+  fab::build_ipv4_udp(f, k, 3, f.size() - fab::kIpv4UdpHeaders);
+  uint8_t* bth = f.data() + fab::kIpv4UdpHeaders;
+  bth[0] = 0x0B;                 // data, last, with immediate
+  bth[7] = 0x00, bth[6] = 0x01;  // dest QP 0x100
+  for (size_t cut = fab::kIpv4UdpHeaders; cut < fab::kIpv4UdpHeaders + 36; ++cut) {
+    nic.on_frame(0, ns3::Create<ns3::Packet>(f.data(), cut));
+  }
+  bth[6] = 0x02;  // dest QP 0x200: not open
+  nic.on_frame(0, ns3::Create<ns3::Packet>(f.data(), f.size()));
+  const std::string d = nic.stats().detail;
+  INFO(d);
+  CHECK(d.find("rx_drop_malformed=36") != std::string::npos);
+  CHECK(d.find("rx_drop_unknown_qp=1") != std::string::npos);
+  CHECK(sink.recvs == 0);
+  ns3::Simulator::Destroy();
 }
 
 TEST_CASE("metaroce__every_collective_completes_byte_exact") {
