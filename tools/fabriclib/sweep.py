@@ -114,6 +114,14 @@ def write_tables(out, names):
     return rows
 
 
+def plotting_python():
+    """A python3 that has matplotlib (Debian's, from python3-matplotlib)."""
+    for c in ("/usr/bin/python3", sys.executable):
+        if subprocess.call([c, "-c", "import matplotlib"], stderr=subprocess.DEVNULL) == 0:
+            return c
+    return sys.executable  # plot.py then says what is missing
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -136,7 +144,7 @@ def main():
     run_all(a.bin, runs, out, max(1, a.jobs))
     rows = write_tables(out, [n for n, _ in runs])
     print(open(os.path.join(out, "results.md")).read())
-    subprocess.call([sys.executable, os.path.join(os.path.dirname(__file__), "plot.py"), out])
+    subprocess.call([plotting_python(), os.path.join(os.path.dirname(__file__), "plot.py"), out])
     bad = [r["name"] for r in rows if r.get("completed") is not True or r.get("verified") is not True]
     if bad:
         print("not completed or not verified:", ", ".join(bad))
