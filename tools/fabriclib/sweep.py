@@ -28,6 +28,10 @@ def presets(hosts):
     for t in transports:  # 1% loss on one leaf-spine link
         goals.append((f"a2a-loss-{t}-{h}",
                       ["alltoall", "--hosts", h, "--transport", t, "--loss-link", "0", "--loss", "0.01"]))
+    if hosts in (16, 128, 1024):  # k-ary fat-tree sizes with k = 4, 8, 16
+        for t in transports:
+            goals.append((f"a2a-fattree-{t}-{h}", ["alltoall", "--hosts", h, "--topology", "fat-tree",
+                                                   "--transport", t]))
     for t in ["metaroce", "roce-pfc"]:
         goals.append((f"incast64-{t}", ["incast", "--hosts", h, "--transport", t, "--senders",
                                         str(min(64, hosts - 1))]))
