@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const fab::RunResult r = fab::run(c.s);
+  if (!r.ran) die(r.error);
   const std::string base = c.out + "/" + c.s.name;
   std::ofstream(base + ".json") << [&] {
     std::ostringstream o;

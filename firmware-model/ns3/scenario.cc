@@ -157,6 +157,18 @@ std::unique_ptr<Nic> make_nic(const Scenario& s, uint32_t h, Fabric& f, uint64_t
   return std::make_unique<RoceNic>(h, f.host_device(h), mem, c, handler);
 }
 
+// Link indices name switch links of the built fabric (--list-links).
+std::string check_links(const Scenario& s, size_t links) {
+  for (auto [what, i] :
+       {std::pair{"fail-link", s.fail_link}, std::pair{"loss-link", s.loss_link}}) {
+    if (i >= 0 && static_cast<size_t>(i) >= links) {
+      return std::string(what) + " " + std::to_string(i) + ": the fabric has " +
+             std::to_string(links) + " switch links (see --list-links)";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 void apply_transport_defaults(Scenario& s) {
@@ -194,6 +206,12 @@ RunResult run(const Scenario& s) {
   const auto wall0 = std::chrono::steady_clock::now();
   ns3::GlobalValue::Bind("SchedulerType", ns3::StringValue("ns3::HeapScheduler"));
   auto fabric = std::make_unique<Fabric>(s.topo, s.sw);
+  if (auto e = check_links(s, fabric->links().size()); !e.empty()) {
+    r.error = e;
+    fabric.reset();
+    ns3::Simulator::Destroy();
+    return r;
+  }
   auto work = Workload::make(s.work);
   std::vector<std::unique_ptr<Nic>> nics;
   std::vector<Nic*> raw;
@@ -215,6 +233,7 @@ RunResult run(const Scenario& s) {
                            work.get());
   ns3::Simulator::Stop(ns3::NanoSeconds(s.max_sim_ns));
   ns3::Simulator::Run();
+  r.ran = true;
 
   const int64_t end = ns3::Simulator::Now().GetNanoSeconds();
   r.completed = work->finished() && work->error().empty();

@@ -59,6 +59,7 @@ struct QueueSample {
 };
 
 struct RunResult {
+  bool ran = false;  // false: the scenario was rejected (error says why)
   bool completed = false;
   std::string error;         // workload or NIC error
   std::string verify_error;  // "" = byte-exact at every receiver

@@ -204,6 +204,15 @@ TEST_CASE("topology__rejects_what_it_cannot_build") {
   CHECK(fab::check(t).find("do not fill leaves") != std::string::npos);
 }
 
+TEST_CASE("scenario__a_link_index_beyond_the_fabric_is_an_error_not_a_crash") {
+  auto s = scenario("alltoall", "metaroce", 4096);
+  s.fail_link = 999;
+  const auto r = fab::run(s);
+  CHECK_FALSE(r.ran);
+  CHECK_FALSE(r.completed);
+  CHECK(r.error == "fail-link 999: the fabric has 16 switch links (see --list-links)");
+}
+
 TEST_CASE("runs_are_deterministic") {
   auto s = scenario("alltoall", "metaroce", 64 * 1024);
   const auto a = fab::run(s), b = fab::run(s);
