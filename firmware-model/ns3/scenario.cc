@@ -197,6 +197,9 @@ std::string check(const Scenario& s) {
   if (s.mtu != 1024 && s.mtu != 2048 && s.mtu != 4096) return "mtu must be 1024, 2048 or 4096";
   if (s.num_paths == 0 || s.num_paths > 64) return "paths must be 1..64";
   if (s.loss < 0 || s.loss >= 1) return "loss must be in [0, 1)";
+  if (s.fail_at_ns < 0) return "fail-at must not be negative";
+  if (s.max_sim_ns <= 0) return "max-sim must be positive";
+  if (s.work.qps_per_pair > 64) return "at most 64 QPs per pair";
   if (s.sw.pfc && s.sw.pfc_xon_bytes >= s.sw.pfc_xoff_bytes) return "PFC XON must be below XOFF";
   return "";
 }

@@ -213,6 +213,23 @@ TEST_CASE("scenario__a_link_index_beyond_the_fabric_is_an_error_not_a_crash") {
   CHECK(r.error == "fail-link 999: the fabric has 16 switch links (see --list-links)");
 }
 
+TEST_CASE("scenario__check_names_what_is_wrong") {
+  auto s = scenario("alltoall", "metaroce", 4096);
+  s.fail_at_ns = -1;
+  CHECK(fab::check(s) == "fail-at must not be negative");
+  s = scenario("alltoall", "metaroce", 4096);
+  s.work.qps_per_pair = 1000;
+  CHECK(fab::check(s) == "at most 64 QPs per pair");
+  s = scenario("alltoall", "metaroce", 4096);
+  s.transport = "roce";
+  CHECK(fab::check(s).find("unknown transport 'roce'") == 0);
+  s = scenario("alltoall", "metaroce", 4096);
+  s.work.kind = "allreduce-hd";
+  s.topo.hosts = s.work.hosts = 24;
+  s.topo.hosts_per_leaf = 4;
+  CHECK(fab::check(s) == "halving-doubling needs a power-of-two host count");
+}
+
 TEST_CASE("runs_are_deterministic") {
   auto s = scenario("alltoall", "metaroce", 64 * 1024);
   const auto a = fab::run(s), b = fab::run(s);
