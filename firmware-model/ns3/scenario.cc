@@ -10,6 +10,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "firmware-model/engine/congestion.h"
 #include "firmware-model/ns3/engine_nic.h"
 #include "firmware-model/ns3/roce_nic.h"
 #include "ns3/global-value.h"
@@ -200,6 +201,10 @@ std::string check(const Scenario& s) {
   if (s.fail_at_ns < 0) return "fail-at must not be negative";
   if (s.max_sim_ns <= 0) return "max-sim must be positive";
   if (s.work.qps_per_pair > 64) return "at most 64 QPs per pair";
+  if (s.transport == "metaroce" && !fw::make_congestion_control(s.congestion, {})) {
+    return "the engine has no congestion control '" + s.congestion +
+           "' (docs/congestion.md lists them)";
+  }
   if (s.sw.pfc && s.sw.pfc_xon_bytes >= s.sw.pfc_xoff_bytes) return "PFC XON must be below XOFF";
   return "";
 }

@@ -221,6 +221,9 @@ TEST_CASE("scenario__check_names_what_is_wrong") {
   s.work.qps_per_pair = 1000;
   CHECK(fab::check(s) == "at most 64 QPs per pair");
   s = scenario("alltoall", "metaroce", 4096);
+  s.congestion = "bbr";
+  CHECK(fab::check(s).find("no congestion control 'bbr'") != std::string::npos);
+  s = scenario("alltoall", "metaroce", 4096);
   s.transport = "roce";
   CHECK(fab::check(s).find("unknown transport 'roce'") == 0);
   s = scenario("alltoall", "metaroce", 4096);
