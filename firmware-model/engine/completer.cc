@@ -104,8 +104,26 @@ void watch_atomic_responses(Core& c, Qp& qp) {
   }
 }
 
+// docs/engine.md §Trust: an ACK must acknowledge what was sent. cum_psn in
+// [una, nxt] (below una it is old news, or forged: it carries no fact the
+// requester lacks), and no SACK bit for a PSN not yet sent. The counter of
+// the reason, or nullptr when the ACK may be applied.
+uint64_t Counters::*ack_drop_reason(const Qp& qp, const proto::Ackh& a) {
+  uint32_t una = qp.sb.una(), nxt = qp.sb.nxt();
+  if (proto::seq_lt(a.cum_psn, una)) return &Counters::rx_drop_ack_stale;
+  if (proto::seq_lt(nxt, a.cum_psn)) return &Counters::rx_drop_ack_out_of_range;
+  // SACK bit i names cum + 1 + i; the PSNs sent above cum are cum+1 .. nxt-1.
+  uint32_t sent_above = nxt - a.cum_psn == 0 ? 0 : nxt - a.cum_psn - 1;
+  if (sent_above < 64 && (a.sack >> sent_above) != 0) return &Counters::rx_drop_ack_out_of_range;
+  return nullptr;
+}
+
 void on_ack(Core& c, Qp& qp, const proto::Frame& f) {
   const proto::Ackh& a = f.packet.ack;
+  if (uint64_t Counters::*why = ack_drop_reason(qp, a)) {
+    c.bump(&qp, why);
+    return;
+  }
   Time now = c.now();
   uint32_t rtt32 = static_cast<uint32_t>(now) - a.echo_ts;
   Time rtt = rtt32 < 1'000'000'000 ? rtt32 : 0;
@@ -144,9 +162,10 @@ void on_nack(Core& c, Qp& qp, const proto::Frame& f) {
   WcStatus status = WcStatus::kGeneralErr;
   NackAction act = action_for(n.reason, &status);
   uint32_t seq = 0;
+  // Only a PSN sent and not delivered can be refused (docs/engine.md §Trust).
   SendWqe* w = wqe_of(qp, n.psn, &seq);
-  if (!w) {
-    c.bump(&qp, &Counters::rx_drop_unexpected);
+  if (!w || qp.sb.delivered(n.psn)) {
+    c.bump(&qp, &Counters::rx_drop_nack_out_of_range);
     return;
   }
   switch (act) {
@@ -188,13 +207,28 @@ bool chunks_all_set(const SendWqe& w, uint32_t first, uint32_t end) {
   return true;
 }
 
+// docs/engine.md §Trust: a response answers one of its WQE's request PSNs
+// (the first issue .. the latest READ re-issue) and, while that request is
+// still on the scoreboard, lies within the range it asked for.
+bool answers_request(Qp& qp, const SendWqe& w, uint32_t psn, uint64_t off, uint64_t len) {
+  if (proto::seq_lt(psn, w.first_psn) || proto::seq_lt(w.max_psn, psn)) return false;
+  const TxEntry* e = qp.sb.find(psn);
+  if (!e) return true;  // acknowledged: only the WQE's PSN range is known
+  return &qp.sqe(e->wqe_seq) == &w && off >= e->offset && off + len <= uint64_t{e->offset} + e->len;
+}
+
 void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
   const proto::Packet& p = f.packet;
   SendWqe* w = rd_wqe(qp, p.mbth.msn, WrOpcode::kRdmaRead, WrOpcode::kRdmaRead);
   uint64_t off = p.mbth.offset, len = p.payload.size();
-  if (!w || off + len > w->length || off % kReadChunk != 0 ||
-      (len % kReadChunk != 0 && off + len != w->length)) {
+  if (!w) {
     c.bump(&qp, &Counters::rx_drop_unexpected);
+    return;
+  }
+  if (off + len > w->length || off % kReadChunk != 0 ||
+      (len % kReadChunk != 0 && off + len != w->length) ||
+      !answers_request(qp, *w, p.mbth.psn, off, len)) {
+    c.bump(&qp, &Counters::rx_drop_resp_out_of_range);
     return;
   }
   uint32_t first = static_cast<uint32_t>(off / kReadChunk);
@@ -228,6 +262,10 @@ void on_atomic_resp(Core& c, Qp& qp, const proto::Frame& f) {
   SendWqe* w = rd_wqe(qp, p.mbth.msn, WrOpcode::kAtomicCmpSwap, WrOpcode::kAtomicFetchAdd);
   if (!w) {
     c.bump(&qp, &Counters::rx_drop_unexpected);
+    return;
+  }
+  if (p.mbth.psn != w->first_psn) {  // an atomic has one PSN, resent unchanged
+    c.bump(&qp, &Counters::rx_drop_resp_out_of_range);
     return;
   }
   uint8_t bytes[8];

@@ -203,6 +203,7 @@ struct Engine::Impl {
     qp.tlp_deadline = qp.read_deadline = kNever;
     qp.req_error = false;
     qp.reads.clear();
+    qp.resp_rd_msn = 0;
     qp.atomics = {};
     qp.pending_acks = 0;
     qp.ce_count = 0;
@@ -340,6 +341,16 @@ struct Engine::Impl {
 };
 
 namespace {
+// docs/engine.md §Trust: once connected (RTR on) a QP talks to one peer, the
+// address of its AV; a frame from any other source is not its peer's. The
+// header names no source QPN (docs/protocol.md §3.1), so the address and the
+// destination QPN are what identify the peer. Before RTR the QP has no peer
+// and every packet is dropped by state.
+bool from_peer(const Qp& qp, const proto::FrameHeaders& h) {
+  if (qp.state == QpState::kReset || qp.state == QpState::kInit) return true;
+  return h.src_ip == qp.attr.av.dgid;
+}
+
 // docs/firmware-hal.md: a host must not call into the engine from inside a
 // HAL callback (the engine is mid-update then). Caught in debug builds.
 class EntryGuard {
@@ -607,6 +618,10 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
     c.bump(nullptr, &Counters::rx_drop_unknown_qp);
     return;
   }
+  if (!from_peer(*qp, f.headers)) {
+    c.bump(qp, &Counters::rx_drop_wrong_source);
+    return;
+  }
   if (p.mbth.opcode == proto::Opcode::kProbe) {  // docs/protocol.md §8
     if (qp->state == QpState::kRtr || qp->state == QpState::kRts || qp->state == QpState::kSqd) {
       proto::Packet r;
@@ -688,7 +703,7 @@ std::string Engine::describe_qp(uint32_t qpn) const {
   std::snprintf(buf, sizeof buf,
                 "qpn %u state %s sq %u/%u/%u rq %u/%u una %u nxt %u inflight %u/%llu lost %u "
                 "rd %u retries %u backoff %u srtt %llu rto_at %llu rack_at %llu pace_at %llu "
-                "active %d req_error %d rcv_cum %u reads %zu credit %u cwnd %llu",
+                "active %d req_error %d rcv_cum %u reads %u credit %u cwnd %llu",
                 q->qpn, to_string(q->state), q->sq_head, q->sq_next, q->sq_tail, q->rq_head,
                 q->rq_tail, q->sb.una(), q->sb.nxt(), q->sb.pkts_in_flight(),
                 static_cast<unsigned long long>(q->sb.bytes_in_flight()), q->sb.lost_count(),

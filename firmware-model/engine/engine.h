@@ -55,6 +55,14 @@ struct Counters {
   uint64_t rx_drop_not_request = 0;    // PROBE_REPLY or other opcode with no consumer
   uint64_t tail_loss_probes = 0;       // TLP: tail packet resent before the RTO
   uint64_t rx_drop_unordered = 0;     // READ/atomic ahead of a missing earlier PSN (resent later)
+  // Trust (docs/engine.md §Trust): packets that do not match the QP's peer
+  // or anything it sent. Each is dropped before it changes any state.
+  uint64_t rx_drop_wrong_source = 0;       // source IP is not the QP's peer (its AV's dgid)
+  uint64_t rx_drop_ack_stale = 0;          // ACK whose cum_psn is below una (old, or forged)
+  uint64_t rx_drop_ack_out_of_range = 0;   // ACK cum_psn beyond the next PSN, or a SACK bit never sent
+  uint64_t rx_drop_nack_out_of_range = 0;  // NACK naming a PSN not outstanding or already delivered
+  uint64_t rx_drop_resp_out_of_range = 0;  // READ/atomic response PSN/offset not of its request
+  uint64_t rx_drop_read_queue_full = 0;    // READ_REQ while the responder's READ queue is full
 };
 
 class Engine {

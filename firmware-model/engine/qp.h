@@ -31,7 +31,8 @@ struct SendWqe {
   uint32_t length = 0;   // message bytes
   uint32_t msn = 0;      // MBTH.msn (docs/engine.md §Message numbering)
   uint32_t sent = 0;     // bytes segmented by first transmissions
-  uint32_t max_psn = 0;  // highest PSN carrying this WQE (READ re-issues raise it)
+  uint32_t first_psn = 0;  // PSN of its first packet
+  uint32_t max_psn = 0;    // highest PSN carrying this WQE (READ re-issues raise it)
   bool started = false;
   bool all_sent = false;       // every first transmission is out
   bool response_done = false;  // READ: all data placed; atomic: result written
@@ -71,6 +72,41 @@ struct ReadJob {
   uint32_t base_offset = 0;  // MBTH.offset of the request
   uint32_t done = 0;         // bytes already answered
   uint8_t path = 0;
+  bool first_issue = false;  // the READ's first request (not a re-issue or a duplicate)
+};
+
+// The responder's READ jobs in arrival order: front is being answered. A
+// fixed ring (no allocation, O(1) push/pop); at most kReadJobs jobs, and the
+// responder admits at most max_dest_rd_atomic first issues (docs/engine.md
+// §Responder). Scans (find) are bounded by kReadJobs.
+inline constexpr uint32_t kReadJobs = 2 * kRdSlots;
+
+class ReadQueue {
+ public:
+  bool empty() const { return head_ == tail_; }
+  bool full() const { return tail_ - head_ == kReadJobs; }
+  uint32_t size() const { return tail_ - head_; }
+  uint32_t first_issues() const { return first_issues_; }
+  ReadJob& front() { return jobs_[head_ % kReadJobs]; }
+  void push(const ReadJob& j) {
+    jobs_[tail_++ % kReadJobs] = j;
+    if (j.first_issue) ++first_issues_;
+  }
+  void pop() {
+    if (front().first_issue) --first_issues_;
+    ++head_;
+  }
+  bool has_psn(uint32_t psn) const {
+    for (uint32_t i = head_; i != tail_; ++i)
+      if (jobs_[i % kReadJobs].psn == psn) return true;
+    return false;
+  }
+  void clear() { head_ = tail_ = first_issues_ = 0; }
+
+ private:
+  std::array<ReadJob, kReadJobs> jobs_{};
+  uint32_t head_ = 0, tail_ = 0;  // sequence numbers: tail_ - head_ jobs
+  uint32_t first_issues_ = 0;
 };
 
 struct AtomicResult {
@@ -128,7 +164,8 @@ struct Qp {
   uint32_t rq_mask = 0;
   uint32_t rq_head = 0, rq_tail = 0;
   RecvWqe& rqe(uint32_t seq) { return rq[seq & rq_mask]; }
-  std::vector<ReadJob> reads;  // FIFO (small): front is being answered
+  ReadQueue reads;
+  uint32_t resp_rd_msn = 0;  // read MSN the next first-issue READ/atomic must carry
   std::array<AtomicResult, kAtomicCache> atomics{};
   uint32_t pending_acks = 0;
   Time ack_deadline = kNever;

@@ -203,6 +203,7 @@ State segment(Core& c, Qp& qp) {
     return State::kBlockedOrder;
   }
   qp.sb.add_new(seq, w.sent, len, wire, path, c.now());
+  if (w.sent == 0) w.first_psn = psn;
   w.max_psn = psn;
   w.sent += len;
   if (w.is_rd() || w.sent >= w.length) {

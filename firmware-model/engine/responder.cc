@@ -9,7 +9,7 @@ namespace metaroce::fw::responder {
 
 const char* to_string(State s) {
   static constexpr const char* kNames[] = {
-      "CHECK_STATE", "CHECK_PSN",  "CHECK_OP",    "CHECK_RECV",     "CHECK_RKEY",
+      "CHECK_STATE", "CHECK_PSN",  "CHECK_OP",    "CHECK_RESOURCES", "CHECK_RECV", "CHECK_RKEY",
       "EXECUTE",     "ACKNOWLEDGE", "DUPLICATE",  "NAK_RNR",        "NAK_ACCESS",
       "NAK_INVALID", "NAK_REMOTE_OP", "DONE"};
   return kNames[static_cast<unsigned>(s)];
@@ -25,6 +25,7 @@ struct Req {
   bool ce;
   RecvWqe* recv = nullptr;
   WcStatus recv_status = WcStatus::kSuccess;  // error to complete the receive with
+  bool first_issue = false;  // READ/atomic carrying the next read MSN (not a re-issue)
 };
 
 bool consumes_recv(Opcode op) {
@@ -128,13 +129,38 @@ State check_op(Core& c, Qp& qp, Req& r) {
       return consumes_recv(p.mbth.opcode) ? State::kCheckRecv : State::kCheckRkey;
     case Opcode::kReadReq:
       if (!p.payload.empty()) return State::kNakInvalid;
-      return ordered(c, qp, r) ? State::kCheckRkey : State::kDone;
+      return ordered(c, qp, r) ? State::kCheckResources : State::kDone;
     case Opcode::kAtomicCmpSwap:
     case Opcode::kAtomicFetchAdd:
       if (p.atomic.va % 8 != 0) return State::kNakInvalid;
-      return ordered(c, qp, r) ? State::kCheckRkey : State::kDone;
+      return ordered(c, qp, r) ? State::kCheckResources : State::kDone;
     default: return State::kNakInvalid;
   }
+}
+
+// READ/atomic resources (IB "responder resources", rxe's check_resource).
+// Requests run in PSN order, so a first issue carries exactly the next read
+// MSN; a READ re-issue (docs/protocol.md §6.5) carries one of the last
+// max_dest_rd_atomic MSNs. Anything else, or a first issue while
+// max_dest_rd_atomic first-issue READs are still being answered (the
+// requester cannot have completed them: their data is not all sent), breaks
+// the requester's max_rd_atomic: NAK INVALID_REQUEST, as IB does. A READ
+// that finds the queue full of re-issues is dropped unmarked and resent.
+State check_resources(Core& c, Qp& qp, Req& r) {
+  const uint32_t msn = r.p.mbth.msn;
+  const uint32_t limit = std::max<uint32_t>(1, qp.attr.max_dest_rd_atomic);
+  const bool read = r.p.mbth.opcode == Opcode::kReadReq;
+  if (msn == qp.resp_rd_msn) {
+    if (qp.reads.first_issues() >= limit) return State::kNakInvalid;
+    r.first_issue = true;
+  } else if (!read || !proto::seq_lt(msn, qp.resp_rd_msn) || qp.resp_rd_msn - msn > limit) {
+    return State::kNakInvalid;
+  }
+  if (read && qp.reads.full()) {
+    c.bump(&qp, &Counters::rx_drop_read_queue_full);
+    return State::kDone;
+  }
+  return State::kCheckRkey;
 }
 
 // Binds the message's MSN to the MSN-th posted receive (docs/engine.md
@@ -234,12 +260,14 @@ State execute(Core& c, Qp& qp, Req& r) {
         return State::kNakRemoteOp;
       break;
     case Opcode::kReadReq:
-      qp.reads.push_back({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
-                          p.mbth.path_id});
+      qp.reads.push({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
+                     p.mbth.path_id, r.first_issue});
+      if (r.first_issue) ++qp.resp_rd_msn;
       c.activate(qp);
       break;
     case Opcode::kAtomicCmpSwap:
     case Opcode::kAtomicFetchAdd: {
+      ++qp.resp_rd_msn;  // check_resources: an atomic is always a first issue
       bool ok = false;
       AtomicResult& a = qp.atomics[p.mbth.psn % kAtomicCache];
       a = {true, p.mbth.psn, p.mbth.msn, 0, p.mbth.path_id};
@@ -286,6 +314,21 @@ State acknowledge(Core& c, Qp& qp, Req& r) {
   return State::kDone;
 }
 
+// A duplicate READ_REQ: its ACK was lost, perhaps its responses too. One
+// whose job is still queued is being answered already (no second job);
+// otherwise its range is served again, if the bounded queue has room (else
+// the requester's timers ask again).
+void serve_duplicate_read(Core& c, Qp& qp, const proto::Packet& p) {
+  if (qp.reads.has_psn(p.mbth.psn)) return;
+  if (qp.reads.full()) {
+    c.bump(&qp, &Counters::rx_drop_read_queue_full);
+    return;
+  }
+  qp.reads.push({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
+                 p.mbth.path_id, false});
+  c.activate(qp);
+}
+
 // docs/protocol.md §6.8: never placed or executed again; READs are served
 // again (idempotent), atomics replayed from the cache.
 State duplicate(Core& c, Qp& qp, Req& r) {
@@ -300,13 +343,7 @@ State duplicate(Core& c, Qp& qp, Req& r) {
       send_nack(c, qp, proto::NackReason::kInvalidRequest, p.mbth.psn, p.mbth.path_id);
     }
   } else if (p.mbth.opcode == Opcode::kReadReq && check_rkey(c, qp, r) == State::kExecute) {
-    bool queued = false;
-    for (const ReadJob& j : qp.reads) queued = queued || (j.psn == p.mbth.psn && j.done == 0);
-    if (!queued) {
-      qp.reads.push_back({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
-                          p.mbth.path_id});
-      c.activate(qp);
-    }
+    serve_duplicate_read(c, qp, p);
   }
   qp.ack_echo_ts = p.mbth.timestamp;
   qp.ack_echo_path = p.mbth.path_id;
@@ -342,6 +379,7 @@ State step(Core& c, Qp& qp, Req& r, State s) {
     case State::kCheckState: return check_state(c, qp, r);
     case State::kCheckPsn: return check_psn(c, qp, r);
     case State::kCheckOp: return check_op(c, qp, r);
+    case State::kCheckResources: return check_resources(c, qp, r);
     case State::kCheckRecv: return check_recv(c, qp, r);
     case State::kCheckRkey: return check_rkey(c, qp, r);
     case State::kExecute: return execute(c, qp, r);
@@ -420,7 +458,7 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
     bool finished = j.done >= j.length;
     c.send(qp, p, path);
     ++sent;
-    if (finished) qp.reads.erase(qp.reads.begin());
+    if (finished) qp.reads.pop();
   }
   return sent;
 }

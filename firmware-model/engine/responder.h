@@ -13,6 +13,7 @@ enum class State : uint8_t {
   kCheckState,   // QP accepts requests (RTR, RTS, SQD, SQE)?
   kCheckPsn,     // new, duplicate or beyond the 4096-PSN window
   kCheckOp,      // lengths, offsets, alignment
+  kCheckResources,  // READ / atomics: read MSN, max_dest_rd_atomic, READ queue room
   kCheckRecv,    // SEND / WRITE_IMM: the receive WQE bound to the MSN
   kCheckRkey,    // WRITE / READ / atomics: rkey, bounds, PD, access
   kExecute,      // place, queue the READ response, or run the atomic

@@ -100,6 +100,12 @@ std::vector<NamedCounter> named_counters(const fw::Counters& c) {
       {"rx_drop_not_request", c.rx_drop_not_request},
       {"tail_loss_probes", c.tail_loss_probes},
       {"rx_drop_unordered", c.rx_drop_unordered},
+      {"rx_drop_wrong_source", c.rx_drop_wrong_source},
+      {"rx_drop_ack_stale", c.rx_drop_ack_stale},
+      {"rx_drop_ack_out_of_range", c.rx_drop_ack_out_of_range},
+      {"rx_drop_nack_out_of_range", c.rx_drop_nack_out_of_range},
+      {"rx_drop_resp_out_of_range", c.rx_drop_resp_out_of_range},
+      {"rx_drop_read_queue_full", c.rx_drop_read_queue_full},
   };
 }
 
