@@ -66,7 +66,7 @@ void pattern(Node& n, uint64_t off, uint32_t len, uint8_t seed) {
 // changed nothing observable: the QP's state line, its memory, its CQs.
 void expect_dropped(Node& to, const std::vector<uint8_t>& frame, uint64_t Counters::*why,
                     const char* what) {
-  INFO(what);
+  INFO(std::string(what));
   const std::string before = to.engine->describe_qp(to.qpn);
   const std::vector<uint8_t> mem = to.mem;
   const uint64_t n = to.engine->counters().*why;

@@ -340,6 +340,15 @@ void run_property(const char* name, Scenario sc, bool atomics_only) {
           << " corrupted (" << g_totals.bad_icrc << " bad-ICRC drops), " << g_totals.retx
           << " retransmits, " << g_totals.timeouts << " timeouts");
   CHECK(failures == 0);
+  // The run must have been impaired as configured, else it proved nothing.
+  // (A few seeds, e.g. SIMNET_SEED, may by chance see no corruption.)
+  if (all.size() < 100) return;
+  if (sc.loss > 0) CHECK(g_totals.lost > 0);
+  if (sc.loss > 0) CHECK(g_totals.retx > 0);
+  if (sc.reorder > 0) CHECK(g_totals.reordered > 0);
+  if (sc.duplicate > 0) CHECK(g_totals.dups > 0);
+  if (sc.corrupt > 0) CHECK(g_totals.corrupt > 0);
+  if (sc.corrupt > 0) CHECK(g_totals.bad_icrc > 0);
 }
 
 TEST_CASE("property__mixed_ops_over_4_impaired_paths") {

@@ -1,5 +1,6 @@
 #include "firmware-model/engine/testing/fakes.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace metaroce::fw::test {
@@ -157,6 +158,7 @@ void Bench::collect(Node& from, bool to_b) {
       continue;
     }
     int copies = dup > 0 && rng.uniform() < dup ? 2 : 1;
+    duplicated += copies - 1;
     for (int i = 0; i < copies; ++i) {
       InFlight x;
       x.at = clock.t + path_delay[f.path % path_delay.size()] +
@@ -164,8 +166,10 @@ void Bench::collect(Node& from, bool to_b) {
       x.seq = seq_++;
       x.to_b = to_b;
       x.bytes = f.bytes;
-      if (corrupt > 0 && rng.uniform() < corrupt && x.bytes.size() > 60)
+      if (corrupt > 0 && rng.uniform() < corrupt && x.bytes.size() > 60) {
         x.bytes[50 + rng.next() % (x.bytes.size() - 60)] ^= 0x20;
+        ++corrupted;
+      }
       wire_.push(std::move(x));
     }
   }
@@ -188,6 +192,9 @@ bool Bench::run(const std::function<bool()>& done, Time limit) {
       InFlight x = wire_.top();
       wire_.pop();
       ++delivered;
+      uint64_t& newest = x.to_b ? newest_to_b_ : newest_to_a_;
+      if (x.seq < newest) ++reordered;
+      newest = std::max(newest, x.seq);
       (x.to_b ? b : a).engine->on_frame(x.bytes);
       collect(a, true);
       collect(b, false);

@@ -152,6 +152,9 @@ class Bench {
   // Return false to drop a specific frame (e.g. by its describe() string).
   std::function<bool(const std::string& what, bool from_a)> filter;
   uint64_t delivered = 0, dropped = 0;
+  // Impairments that happened: copies added, copies corrupted, frames
+  // delivered after a frame sent later in the same direction.
+  uint64_t duplicated = 0, corrupted = 0, reordered = 0;
 
   // Both QPs set up and connected with the given access flags.
   void connect_pair(size_t mem = 1 << 16, uint8_t timeout = 14, uint8_t retry_cnt = 7,
@@ -172,6 +175,7 @@ class Bench {
   void collect(Node& from, bool to_b);
   std::priority_queue<InFlight, std::vector<InFlight>, std::greater<>> wire_;
   uint64_t seq_ = 0;
+  uint64_t newest_to_a_ = 0, newest_to_b_ = 0;  // highest seq delivered each way
 };
 
 }  // namespace metaroce::fw::test
