@@ -370,6 +370,22 @@ TEST_CASE("hostile__duplicate_read_while_queued_is_not_served_twice") {
   CHECK(r.qp.reads.size() == 1);
 }
 
+TEST_CASE("hostile__duplicate_of_an_old_read_is_not_served_again") {
+  Responder r;
+  for (uint32_t i = 0; i <= 16; ++i) {
+    r.read(kPsn + i, i, 0, 1024);
+    responder::run(r.core, r.qp, 16);  // answered before the next one comes
+  }
+  REQUIRE(r.qp.state == QpState::kRts);
+  // MSN 0 is 17 READs back: a requester within max_rd_atomic (16) has
+  // completed it. A replay of it is acknowledged but not answered.
+  r.read(kPsn, 0, 0, 1024);
+  CHECK(r.qp.reads.empty());
+  CHECK(r.answered(kPsn) == 1024);
+  r.read(kPsn + 16, 16, 0, 1024);  // the latest READ: it may still be waiting
+  CHECK(r.qp.reads.size() == 1);
+}
+
 TEST_CASE("hostile__read_queue_is_bounded") {
   Responder r;
   r.read(kPsn, 0, 0, 65536);
