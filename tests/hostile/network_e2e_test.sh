@@ -97,7 +97,8 @@ case_forged_frames_during_traffic() {
   mroce_in_b env "${TOOL_ENV[@]}" timeout 300 "$TRAFFIC" client "$MROCE_IP_A" --dev "$MROCE_DEV_B" \
     --port 18791 --seed 31 --bulk-mib 1024 >"$WORK/client.log" 2>&1 &
   cpid=$!; e2e_track_pid "$cpid"
-  for _ in $(seq 1 300); do  # up to 30 s for the client's QP to exist
+  local deadline=$((SECONDS + 30))
+  while [ $SECONDS -lt $deadline ]; do  # the client's QP exists within 30 s
     qpn=$(ctl_b stat --qp all "$MROCE_DEV_B" 2>/dev/null | awk '$2 == "qp" {sub(":", "", $3); print $3; exit}')
     [ -n "$qpn" ] && break
     kill -0 "$cpid" 2>/dev/null || break
