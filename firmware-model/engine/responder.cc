@@ -140,28 +140,20 @@ State check_op(Core& c, Qp& qp, Req& r) {
 
 // READ/atomic resources (IB "responder resources", rxe's check_resource).
 // Requests run in PSN order, so a first issue carries exactly the next read
-// MSN; a READ re-issue (docs/protocol.md §6.5) carries one of the last
-// max_dest_rd_atomic MSNs. Anything else, or a first issue while
-// max_dest_rd_atomic first-issue READs are still being answered (the
-// requester cannot have completed them: their data is not all sent), breaks
-// the requester's max_rd_atomic: NAK INVALID_REQUEST, as IB does. A READ
-// that finds the queue full of re-issues is dropped unmarked and resent.
-uint32_t rd_limit(const Qp& qp) { return std::max<uint32_t>(1, qp.attr.max_dest_rd_atomic); }
-
-// A read MSN the requester may still wait for: one of the last
-// max_dest_rd_atomic first issues (its max_rd_atomic bounds what it has
-// outstanding).
-bool recent_rd_msn(const Qp& qp, uint32_t msn) {
-  return proto::seq_lt(msn, qp.resp_rd_msn) && qp.resp_rd_msn - msn <= rd_limit(qp);
-}
-
+// MSN and a READ re-issue (docs/protocol.md §6.5) an earlier one. A read
+// MSN ahead of the next, an atomic that is not a first issue, or a first
+// issue while max_dest_rd_atomic first-issue READs are still being answered
+// (the requester cannot have completed them: their data is not all sent)
+// breaks the requester's max_rd_atomic: NAK INVALID_REQUEST, as IB does. A
+// READ that finds the queue full of re-issues is dropped unmarked and resent.
 State check_resources(Core& c, Qp& qp, Req& r) {
   const uint32_t msn = r.p.mbth.msn;
+  const uint32_t limit = std::max<uint32_t>(1, qp.attr.max_dest_rd_atomic);
   const bool read = r.p.mbth.opcode == Opcode::kReadReq;
   if (msn == qp.resp_rd_msn) {
-    if (qp.reads.first_issues() >= rd_limit(qp)) return State::kNakInvalid;
+    if (qp.reads.first_issues() >= limit) return State::kNakInvalid;
     r.first_issue = true;
-  } else if (!read || !recent_rd_msn(qp, msn)) {
+  } else if (!read || !proto::seq_lt(msn, qp.resp_rd_msn)) {
     return State::kNakInvalid;
   }
   if (read && qp.reads.full()) {
@@ -323,12 +315,11 @@ State acknowledge(Core& c, Qp& qp, Req& r) {
 }
 
 // A duplicate READ_REQ: its ACK was lost, perhaps its responses too. One
-// whose job is still queued is being answered already (no second job), one
-// for a READ the requester can no longer be waiting for is not served;
+// whose job is still queued is being answered already (no second job);
 // otherwise its range is served again, if the bounded queue has room (else
 // the requester's timers ask again).
 void serve_duplicate_read(Core& c, Qp& qp, const proto::Packet& p) {
-  if (qp.reads.has_psn(p.mbth.psn) || !recent_rd_msn(qp, p.mbth.msn)) return;
+  if (qp.reads.has_psn(p.mbth.psn)) return;
   if (qp.reads.full()) {
     c.bump(&qp, &Counters::rx_drop_read_queue_full);
     return;
