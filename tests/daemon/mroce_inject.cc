@@ -130,6 +130,7 @@ int forge(Injector &in, uint32_t qpn, int rounds, bool requests, uint64_t seed) 
     std::vector<uint8_t> f(2048);
     f.resize(proto::build_frame(in.h, p, f));
     send_frame(f);
+    usleep(1000);  // ~1,000 frames/s: a steady forger, not a flood that drops the real traffic
     ++*n;
   };
   for (int r = 0; r < rounds; r++) {

@@ -12,7 +12,14 @@
 #     counted as stale/out-of-range ACKs, out-of-range NACKs and
 #     responses matching nothing outstanding.
 # The traffic must stay byte-exact (mroce_traffic verifies every byte) and
-# both daemons must live. Honours MROCE_PREFIX and E2E_RUN_DIR. Needs root.
+# both daemons must live. The forgeries land in the 2 GiB bulk WRITE phase;
+# the bulk READ phase is kept short (16 MiB): long runs of 64 KiB READs at
+# depth 16 end in RETRY_EXC_ERR on this veth without any forgery involved
+# (a known gap, docs/engine.md). --timeout 18 (about 8.6 s without progress
+# before RETRY_EXC_ERR): this shared machine stalls daemons for half a
+# second at times, which at the default 14 failed the CMP_SWAPs of the
+# verify phase with no forgery at all. FORGE_ROUNDS=0 runs the same without
+# forging (a control). Honours MROCE_PREFIX and E2E_RUN_DIR.
 set -u
 export PATH=$PATH:/usr/sbin:/sbin
 here=$(cd "$(dirname "$0")" && pwd)
@@ -51,6 +58,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+ctl_a() { mroce_in_a "$CTL" --sysfs-root "$MROCE_SYSFS_A" "$@"; }
 ctl_b() { mroce_in_b "$CTL" --sysfs-root "$MROCE_SYSFS_B" "$@"; }
 counter() {  # NAME: one of daemon B's device counters
   ctl_b stat -a "$MROCE_DEV_B" | awk -v n="$1" '$1 == n {print $2; found=1} END {if (!found) print "missing"}'
@@ -81,7 +89,7 @@ third_host_up() {
 forge() {  # src-ip qpn requests(0|1) seed: run the forger in F towards B
   local mac_b; mac_b=$(ip -n "$MROCE_NS_B" -br link show "$MROCE_IF_B" | awk '{print $3}')
   ip netns exec "$NS_F" "$INJECT" "$IF_F" "$1" "$MROCE_IP_B" "$mac_b" --forge "$2" \
-    --requests "$3" --seed "$4" --rounds 150
+    --requests "$3" --seed "$4" --rounds ${FORGE_ROUNDS:-150}
 }
 
 case_forged_frames_during_traffic() {
@@ -92,10 +100,10 @@ case_forged_frames_during_traffic() {
   third_host_up || e2e_fail "cannot attach the third namespace $NS_F (tc mirred on $IF_TAP)"
 
   mroce_in_a env "${TOOL_ENV[@]}" timeout 300 "$TRAFFIC" server --dev "$MROCE_DEV_A" --port 18791 \
-    --seed 31 --bulk-mib 1024 >"$WORK/server.log" 2>&1 &
+    --seed 31 --bulk-mib 2048 --timeout 18 >"$WORK/server.log" 2>&1 &
   spid=$!; e2e_track_pid "$spid"
   mroce_in_b env "${TOOL_ENV[@]}" timeout 300 "$TRAFFIC" client "$MROCE_IP_A" --dev "$MROCE_DEV_B" \
-    --port 18791 --seed 31 --bulk-mib 1024 >"$WORK/client.log" 2>&1 &
+    --port 18791 --seed 31 --bulk-mib 2048 --bulk-read-mib 16 --timeout 18 >"$WORK/client.log" 2>&1 &
   cpid=$!; e2e_track_pid "$cpid"
   local deadline=$((SECONDS + 30))
   while [ $SECONDS -lt $deadline ]; do  # the client's QP exists within 30 s
@@ -120,7 +128,10 @@ case_forged_frames_during_traffic() {
   wait "$cpid" || rc=$?
   wait "$spid" || src=$?
   echo "== server"; cat "$WORK/server.log"; echo "== client"; cat "$WORK/client.log"
-  [ $rc = 0 ] && [ $src = 0 ] || e2e_fail "traffic under forgery: client exit $rc, server exit $src"
+  if [ $rc != 0 ] || [ $src != 0 ]; then
+    for d in a b; do echo "== daemon $d"; ctl_$d stat -a "$([ $d = a ] && echo "$MROCE_DEV_A" || echo "$MROCE_DEV_B")"; done
+    e2e_fail "traffic under forgery: client exit $rc, server exit $src"
+  fi
   kill -0 "$MROCE_PID_B" 2>/dev/null || e2e_fail "daemon B died: $(tail -20 "$MROCE_RUN_B/daemon.log")"
 
   ctl_b stat -a "$MROCE_DEV_B" | grep -E "rx_drop"
