@@ -62,8 +62,7 @@ struct Counters {
   uint64_t rx_drop_ack_out_of_range = 0;   // ACK cum_psn beyond the next PSN, or a SACK bit never sent
   uint64_t rx_drop_nack_out_of_range = 0;  // NACK naming a PSN not outstanding or already delivered
   uint64_t rx_drop_resp_out_of_range = 0;  // READ/atomic response PSN/offset not of its request
-  uint64_t rx_drop_read_queue_full = 0;    // new READ_REQ while the responder's READ queue is full
-  uint64_t rx_drop_read_dup_busy = 0;      // duplicate of an answered READ while others wait
+  uint64_t rx_drop_read_queue_full = 0;    // READ_REQ while the responder's READ queue is full
 };
 
 class Engine {

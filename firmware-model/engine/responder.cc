@@ -315,16 +315,13 @@ State acknowledge(Core& c, Qp& qp, Req& r) {
 }
 
 // A duplicate READ_REQ: its ACK was lost, perhaps its responses too. One
-// whose job is still queued is being answered already (no second job). One
-// already answered is served again only while no other READ waits: under
-// load, re-serving every retransmitted request in full feeds a storm (each
-// resend adds a whole READ of responses to a backlog that caused the
-// resend); the dup ACK tells the requester its request arrived, and it
-// re-issues exactly the ranges it still lacks (docs/protocol.md §6.5).
+// whose job is still queued is being answered already (no second job);
+// otherwise its range is served again, if the bounded queue has room (else
+// the requester's timers ask again).
 void serve_duplicate_read(Core& c, Qp& qp, const proto::Packet& p) {
   if (qp.reads.has_psn(p.mbth.psn)) return;
-  if (!qp.reads.empty()) {
-    c.bump(&qp, &Counters::rx_drop_read_dup_busy);
+  if (qp.reads.full()) {
+    c.bump(&qp, &Counters::rx_drop_read_queue_full);
     return;
   }
   qp.reads.push({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
