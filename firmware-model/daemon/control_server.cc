@@ -110,7 +110,8 @@ int ControlServer::start(std::string* why) {
   }
   // Any local user may open a context, as with /dev/infiniband/uverbs*:
   // every object belongs to the connection (context) that created it, and
-  // DMA reaches only memory of the process identified by SO_PEERCRED.
+  // DMA reaches only the address space of the process that connected
+  // (ClientMemory, bound at accept).
   ::chmod(path_.c_str(), 0666);
   accept_next();
   return 0;
@@ -124,8 +125,11 @@ void ControlServer::accept_next() {
       ucred cred{};
       socklen_t len = sizeof(cred);
       int fd = s->socket.native_handle();
-      if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-        s->client = device_.open_client(cred.pid, cred.uid, -1);
+      std::string why;
+      auto memory = ClientMemory::bind_peer(fd, &why);
+      if (!memory) log_("client refused: " + why);
+      if (memory && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+        s->client = device_.open_client(std::move(memory), cred.uid, -1);
         sessions_[s.get()] = s;
         log_("client pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid) +
              " connected as context " + std::to_string(s->client->id));

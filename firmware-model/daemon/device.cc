@@ -3,11 +3,13 @@
 #include "firmware-model/uapi/convert.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace metaroce::daemon {
@@ -57,14 +59,27 @@ Device::Device(const DeviceConfig& config, io::PacketIo* io, LinkInterface* link
       io_(io),
       link_(link),
       doorbell_fd_(doorbell_fd),
-      rng_(std::random_device{}()),
-      dma_([this](fw::OwnerId o) {
+      dma_([this](fw::OwnerId o) -> ClientMemory* {
         auto it = clients_.find(o);
-        return it == clients_.end() ? pid_t{-1} : it->second.pid;
+        return it == clients_.end() ? nullptr : it->second.memory.get();
       }) {
   engine_ = std::make_unique<fw::Engine>(
       config_.engine, fw::Hal{*this, *this, dma_, *this, *this});
   rx_batch_.resize(64);
+}
+
+uint64_t Device::next() {
+  if (random_left_ == 0) {
+    auto* buf = reinterpret_cast<uint8_t*>(random_.data());
+    size_t got = 0;
+    while (got < sizeof random_) {
+      ssize_t n = getrandom(buf + got, sizeof random_ - got, 0);
+      if (n > 0) got += static_cast<size_t>(n);
+      else if (errno != EINTR) std::abort();  // no entropy source: refusing weak keys
+    }
+    random_left_ = random_.size();
+  }
+  return random_[--random_left_];
 }
 
 Device::~Device() {
@@ -93,10 +108,18 @@ fw::Time Device::now() const {
 // ---------------- clients ----------------
 
 Device::Client* Device::open_client(pid_t pid, uid_t uid, int async_fd) {
+  std::string why;
+  auto memory = ClientMemory::bind_pid(pid, &why);
+  return memory ? open_client(std::move(memory), uid, async_fd) : nullptr;
+}
+
+Device::Client* Device::open_client(std::unique_ptr<ClientMemory> memory, uid_t uid,
+                                    int async_fd) {
   fw::OwnerId id = next_client_++;
   Client& c = clients_[id];
   c.id = id;
-  c.pid = pid;
+  c.pid = memory->pid();
+  c.memory = std::move(memory);
   c.uid = uid;
   c.async_fd = async_fd;
   counters_.clients_opened++;
@@ -272,6 +295,17 @@ int Device::op_reg_mr(Client& c, const Request& r, Reply* out) {
   if (c.mrs.size() >= config_.limits.max_mr) {
     out->reason = "per-client MR limit reached (" + std::to_string(config_.limits.max_mr) + ")";
     return ENOMEM;
+  }
+  // As pinning does in a kernel driver: the range must be mapped in the
+  // client with the access asked for, and on memory whose faults cannot
+  // block the daemon (ClientMemory::check_range).
+  bool write = req.access & (fw::kAccessLocalWrite | fw::kAccessRemoteWrite |
+                             fw::kAccessRemoteAtomic);
+  if (req.length && c.memory) {
+    if (int e = c.memory->check_range(req.addr, req.length, write, &out->reason)) {
+      counters_.reg_mr_refused++;
+      return e;
+    }
   }
   fw::MrKeys keys;
   int err = engine_->reg_mr(c.id, req.pdn, req.addr, req.length, req.access, &keys);
@@ -466,6 +500,7 @@ int Device::op_query_counters(Client& c, const Request& r, Reply* out) {
     add("tx_drop_ring_full", d.tx_drop_ring_full);
     add("tx_drop_too_big", d.tx_drop_too_big);
     add("wqe_rejected", d.wqe_rejected);
+    add("reg_mr_refused", d.reg_mr_refused);
     add("cq_events", d.cq_events);
     add("cq_event_write_failed", d.cq_event_write_failed);
     add("async_events", d.async_events);
@@ -478,6 +513,8 @@ int Device::op_query_counters(Client& c, const Request& r, Reply* out) {
     add("dma_write_calls", s.write_calls);
     add("dma_write_bytes", s.write_bytes);
     add("dma_faults", s.faults);
+    add("dma_write_faults", s.write_faults);
+    add("dma_client_gone", s.gone);
     add("dma_write_in_place", s.write_in_place);
     if (io_) {
       io::IoStats io = io_->stats();

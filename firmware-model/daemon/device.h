@@ -9,16 +9,17 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "firmware-model/daemon/client_memory.h"
 #include "firmware-model/daemon/dma.h"
 #include "firmware-model/daemon/io/packet_io.h"
 #include "firmware-model/daemon/shm_ring.h"
@@ -55,6 +56,7 @@ struct DaemonCounters {
   uint64_t ctrl_requests = 0, ctrl_errors = 0, ctrl_malformed = 0;
   uint64_t clients_opened = 0, clients_closed = 0;
   uint64_t tx_drop_no_neighbor = 0, tx_drop_ring_full = 0, tx_drop_too_big = 0;
+  uint64_t reg_mr_refused = 0;  // range not mapped with that access, or unsafe memory
   uint64_t wqe_rejected = 0;     // ring entries the engine refused (error CQE written)
   uint64_t cq_events = 0, cq_event_write_failed = 0;
   uint64_t async_events = 0, async_event_write_failed = 0;
@@ -73,10 +75,14 @@ class Device : fw::ClockInterface,
   struct Client {
     fw::OwnerId id = 0;
     pid_t pid = -1;
+    std::unique_ptr<ClientMemory> memory;  // its address space, bound at connect
     uid_t uid = 0;
     int async_fd = -1;  // our end of the async event socketpair
     std::set<uint32_t> pds, mrs, cqs, qps;
   };
+  // memory: bound to the connecting process (ClientMemory::bind_peer).
+  Client* open_client(std::unique_ptr<ClientMemory> memory, uid_t uid, int async_fd);
+  // The process pid as it is now (in-process clients: the daemon's tests).
   Client* open_client(pid_t pid, uid_t uid, int async_fd);
   void close_client(fw::OwnerId id);  // tears down everything it owned
 
@@ -140,7 +146,9 @@ class Device : fw::ClockInterface,
   void send(const fw::OutPacket& p) override;
   bool complete(uint32_t cqn, const fw::Completion& wc) override;
   void async_event(fw::EventType type, uint32_t element) override;
-  uint64_t next() override { return rng_(); }
+  // Keys and path seeds: getrandom(2), read in batches (MR keys must not
+  // be guessable from earlier ones, docs/engine.md §Objects).
+  uint64_t next() override;
 
   int poll_rx();
   int poll_rings();
@@ -171,7 +179,8 @@ class Device : fw::ClockInterface,
   io::PacketIo* io_;
   LinkInterface* link_;
   int doorbell_fd_;
-  std::mt19937_64 rng_;
+  std::array<uint64_t, 64> random_{};
+  size_t random_left_ = 0;
   ProcessDma dma_;
   std::unique_ptr<fw::Engine> engine_;
   std::map<fw::OwnerId, Client> clients_;

@@ -1,10 +1,11 @@
 // The soft NIC's DMA engine: reads and writes of application memory, in the
-// address space of the process that registered it (docs/daemon.md §DMA).
+// address space of the process that registered it (docs/daemon.md §DMA),
+// through that client's ClientMemory (bound to its mm at connect time).
 //
-// Cross-process copies use process_vm_readv/writev. One call costs ~460 ns
-// even for 64 bytes (docs/packet-io.md), so:
-//   - writes are queued and issued as one vectored call per client per batch
-//     (flush()), up to kMaxIov segments; a read from the same client first
+// One copy into another process costs a system call, so:
+//   - writes are queued and issued per client per batch (flush()): pieces
+//     that are contiguous in the client's memory go out as one pwritev,
+//     up to kMaxIov pieces queued; a read from the same client first
 //     flushes, so a READ after a WRITE sees the written data;
 //   - read() copies memory as it is now: responder READs and atomics see
 //     the target's latest stores (hal.h §Freshness). No cache serves them;
@@ -17,9 +18,19 @@
 //     rewrite a buffer before reposting it, and whenever this daemon writes
 //     into it;
 //   - commit(owner) flushes that client's queued writes and reports whether
-//     every one landed (hal.h §Placement).
-// The engine has already checked keys, bounds and access: this class only
-// performs the copy, and reports failure when the process is gone.
+//     every write queued since the previous commit() landed (hal.h
+//     §Placement), including writes an earlier flush() issued.
+//
+// Invariant (no silent loss): the engine calls commit() before every ACK,
+// atomic response and receive completion that covers written data. So the
+// writes any flush() (end of a loop pass, a full batch, a read) finds are
+// ones whose ACK has not been sent yet; if one of them fails, the failure
+// is kept (per client) and the next commit() returns false, which the
+// engine turns into a NAK or an error instead of an ACK.
+//
+// A client whose address space is gone (exit, exec) fails every call at
+// once, counted in DmaStats::gone. The engine has already checked keys,
+// bounds and access: this class only performs the copy.
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +41,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "firmware-model/daemon/client_memory.h"
 #include "firmware-model/engine/hal.h"
 
 namespace metaroce::daemon {
@@ -37,7 +49,9 @@ namespace metaroce::daemon {
 struct DmaStats {
   uint64_t read_calls = 0, read_bytes = 0, read_cache_hits = 0;
   uint64_t write_calls = 0, write_bytes = 0, write_segments = 0;
-  uint64_t faults = 0;  // a process_vm_* call copied less than asked
+  uint64_t faults = 0;  // a copy hit a page the client does not map (or cannot fault in)
+  uint64_t write_faults = 0;  // queued writes that did not land (one per contiguous run)
+  uint64_t gone = 0;    // calls refused: the client's address space is gone
   uint64_t write_in_place = 0;  // segments written straight from received frames
 };
 
@@ -46,13 +60,14 @@ class ProcessDma : public fw::DmaInterface {
   static constexpr size_t kReadAhead = 64 * 1024;
   static constexpr size_t kMaxIov = 64;
 
-  // pid_of: the process behind an owner, or -1 if unknown.
-  explicit ProcessDma(std::function<pid_t(fw::OwnerId)> pid_of);
+  // memory_of: the address space behind an owner, or nullptr if unknown.
+  explicit ProcessDma(std::function<ClientMemory*(fw::OwnerId)> memory_of);
 
   bool read(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override;
   bool read_payload(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override;
   bool write(fw::OwnerId owner, uint64_t addr, std::span<const uint8_t> src) override;
   bool commit(fw::OwnerId owner) override;
+  bool owner_alive(fw::OwnerId owner) override;
 
   void flush();                       // issue queued writes
   // Writes whose source lies in [base, base+len) reference it in place
@@ -77,19 +92,26 @@ class ProcessDma : public fw::DmaInterface {
   struct Segment {
     const uint8_t* ptr;  // in place (stable source), or nullptr: staged
     size_t offset;       // into staging when staged
+    size_t len;
+  };
+  struct Run {  // pieces contiguous in the client's memory
+    uint64_t addr = 0;
+    size_t len = 0, first = 0, count = 0;  // segments[first, first+count)
   };
   struct PendingWrites {
-    pid_t pid = -1;
-    std::vector<iovec> local, remote;
-    std::vector<uint8_t> staging;  // copies of unstable sources
+    ClientMemory* mem = nullptr;
+    std::vector<Run> runs;
     std::vector<Segment> segments;
-    size_t bytes = 0;
+    std::vector<iovec> local;      // scratch for one run's pwritev
+    std::vector<uint8_t> staging;  // copies of unstable sources
+    bool failed = false;  // a write since the last commit() did not land
   };
-  bool flush_owner(fw::OwnerId owner, PendingWrites& w);
+  bool flush_owner(PendingWrites& w);
   bool flush_pending(fw::OwnerId owner);  // this owner's queued writes, if any
-  bool read_direct(pid_t pid, uint64_t addr, std::span<uint8_t> dst);
+  ClientMemory* usable(fw::OwnerId owner);  // nullptr (counted) when gone
+  bool read_direct(ClientMemory* mem, uint64_t addr, std::span<uint8_t> dst);
 
-  std::function<pid_t(fw::OwnerId)> pid_of_;
+  std::function<ClientMemory*(fw::OwnerId)> memory_of_;
   std::unordered_map<fw::OwnerId, Window> windows_;
   std::unordered_map<fw::OwnerId, PendingWrites> pending_;
   DmaStats stats_;

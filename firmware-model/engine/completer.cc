@@ -45,6 +45,8 @@ void emit(Core& c, Qp& qp, SendWqe& w, WcStatus status) {
   bool signaled = status != WcStatus::kSuccess || (w.wr.send_flags & kSendSignaled) ||
                   qp.init.sq_sig_all;
   if (w.is_rd() && w.started && qp.rd_outstanding > 0) --qp.rd_outstanding;
+  if (w.wr.opcode == WrOpcode::kRdmaRead && w.started) qp.rd_bytes -= std::min<uint64_t>(qp.rd_bytes, w.length);
+  w.release_read_state();
   if (!signaled) return;
   Completion wc;
   wc.wr_id = w.wr.wr_id;
@@ -237,14 +239,18 @@ void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
     c.bump(&qp, &Counters::rx_drop_duplicate);
     return;
   }
+  uint32_t seq = qp.rd_slot[p.mbth.msn % kRdSlots];
   if (len && !sgl_write(c, qp.owner, w->wr.sg.data(), w->wr.num_sge, off, p.payload)) {
-    uint32_t seq = qp.rd_slot[p.mbth.msn % kRdSlots];
-    fail(c, qp, seq, WcStatus::kLocQpOpErr);
+    c.bump(&qp, &Counters::local_errors);
+    fail(c, qp, seq, WcStatus::kLocAccessErr);
     return;
   }
+  if (len) c.placed_response(qp, seq);
   mark_chunks(*w, first, end);
   qp.sb.on_delivered(p.mbth.psn, c.now(), qp.rtt);  // the request evidently arrived
   if (w->chunks_got == w->chunks_total) {
+    // Completes only once the data is in host memory (hal.h §Placement).
+    if (!c.commit(qp.owner)) return;  // failed: the WQE completed kLocAccessErr
     w->response_done = true;
     w->read_check = kNever;
   } else if ((p.mbth.flags & proto::kFlagLast) && w->read_check == kNever) {
@@ -270,10 +276,14 @@ void on_atomic_resp(Core& c, Qp& qp, const proto::Frame& f) {
   }
   uint8_t bytes[8];
   std::memcpy(bytes, &p.atomic_ack.original, 8);
+  uint32_t seq = qp.rd_slot[p.mbth.msn % kRdSlots];
   if (!sgl_write(c, qp.owner, w->wr.sg.data(), w->wr.num_sge, 0, bytes)) {
-    fail(c, qp, qp.rd_slot[p.mbth.msn % kRdSlots], WcStatus::kLocQpOpErr);
+    c.bump(&qp, &Counters::local_errors);
+    fail(c, qp, seq, WcStatus::kLocAccessErr);
     return;
   }
+  c.placed_response(qp, seq);
+  if (!c.commit(qp.owner)) return;  // failed: the WQE completed kLocAccessErr
   w->response_done = true;
   // The response proves the request arrived even if its ACK was lost.
   qp.sb.on_delivered(p.mbth.psn, c.now(), qp.rtt);

@@ -69,15 +69,34 @@ TEST_CASE("completer__unsignaled_wrs_complete_silently_unless_sq_sig_all") {
   CHECK(sc[0].wr_id == 2);
 }
 
-TEST_CASE("completer__remote_operation_error_when_responder_dma_fails") {
+// A placement the responder's host could not perform is a remote access
+// error (hal.h §Placement), as an unmapped page is on a hardware NIC.
+TEST_CASE("completer__remote_access_error_when_responder_dma_fails") {
   Bench t;
   t.connect_pair();
   t.b.dma.dead.insert(Node::kOwner);
   REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 10)) == 0);
   auto sc = drain(t, 1);
   REQUIRE(sc.size() == 1);
-  CHECK(st(sc[0]) == "REM_OP_ERR");
-  CHECK(t.b.events.has_event(EventType::kQpFatal, t.b.qpn));
+  CHECK(st(sc[0]) == "REM_ACCESS_ERR");
+  CHECK(t.b.events.has_event(EventType::kQpAccessErr, t.b.qpn));
+}
+
+// A responder whose owner process is gone behaves as a destroyed QP: no
+// NACK (the data was not placed, and no access error is the peer's fault),
+// so the requester runs into its retry limit, as with a hardware NIC whose
+// driver tears down a dead process's QPs.
+TEST_CASE("completer__retry_exceeded_when_the_responder_owner_is_gone") {
+  Bench t;
+  t.connect_pair();
+  t.b.dma.gone.insert(Node::kOwner);
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 10)) == 0);
+  auto sc = drain(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "RETRY_EXC_ERR");
+  CHECK(t.b.engine->counters().rx_drop_owner_gone > 0);
+  CHECK(t.b.engine->counters().rx_nak_access == 0);
+  CHECK_FALSE(t.b.events.has_event(EventType::kQpAccessErr, t.b.qpn));
 }
 
 TEST_CASE("completer__modify_to_err_flushes_send_and_receive_queues") {
@@ -191,4 +210,35 @@ TEST_CASE("completer__max_rd_atomic_limits_outstanding_reads") {
   CHECK(sc.size() == 3);
 }
 
+}  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+// READ data and atomic results are local placements: a write that does not
+// land completes the WQE kLocAccessErr (the WRITE before it, done, succeeds)
+// and is never reported as success.
+TEST_CASE("completer__read_or_atomic_result_that_did_not_land_is_loc_access_err") {
+  for (bool at_commit : {false, true}) {
+    for (WrOpcode op : {WrOpcode::kRdmaRead, WrOpcode::kAtomicFetchAdd}) {
+      INFO("fail at commit: " << at_commit << " opcode " << static_cast<int>(op));
+      Bench t;
+      t.connect_pair();
+      t.a.dma.fail_on_commit = at_commit;
+      t.a.dma.bad_writes.push_back({t.a.base() + 8192 + 600, 16});
+      REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 100)) == 0);
+      bool read = op == WrOpcode::kRdmaRead;
+      SendWr r = t.a.wr(op, 2, read ? 8192 : 8192 + 600, read ? 2000 : 8);
+      r.remote_addr = t.b.base() + 4096;
+      r.rkey = t.b.mr.rkey;
+      REQUIRE(t.a.post_send(r) == 0);
+      REQUIRE(t.a.post_send(write_to(t, 3, 0, 0, 100)) == 0);
+      auto sc = drain(t, 3);
+      REQUIRE(sc.size() == 3);
+      CHECK(st(sc[0]) == "SUCCESS");
+      CHECK(st(sc[1]) == "LOC_ACCESS_ERR");
+      CHECK(st(sc[2]) == "WR_FLUSH_ERR");
+      CHECK(t.a.dma.failed_writes >= 1);
+      CHECK(t.a.engine->counters().local_errors == 1);
+    }
+  }
+}
 }  // namespace metaroce::fw::test

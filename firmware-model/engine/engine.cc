@@ -53,7 +53,90 @@ void Core::activate(Qp& qp) {
   active_.push_back(&qp);
 }
 
+void Core::placed_request(Qp& qp, uint32_t psn, bool recv, uint32_t recv_msn) {
+  if (!qp.placed) {
+    qp.placed = true;
+    qp.placed_psn = psn;
+  }
+  auto& r = qp.placed_recvs;
+  if (recv && std::find(r.begin(), r.end(), recv_msn) == r.end()) r.push_back(recv_msn);
+  if (!qp.in_uncommitted) {
+    qp.in_uncommitted = true;
+    uncommitted_.push_back(&qp);
+  }
+}
+
+void Core::placed_response(Qp& qp, uint32_t wqe_seq) {
+  if (!qp.rd_placed) {
+    qp.rd_placed = true;
+    qp.rd_placed_seq = wqe_seq;
+  }
+  if (!qp.in_uncommitted) {
+    qp.in_uncommitted = true;
+    uncommitted_.push_back(&qp);
+  }
+}
+
+bool Core::commit(OwnerId owner) {
+  bool any = false;
+  for (const Qp* q : uncommitted_) any = any || q->owner == owner;
+  if (!any) return true;
+  bool ok = hal_.dma.commit(owner);
+  // Take every QP of the owner off the list before failing any: failing
+  // one may commit again (qp_to_error), and must not see them as clean.
+  for (size_t i = 0; i < uncommitted_.size();) {
+    Qp* q = uncommitted_[i];
+    if (q->owner != owner) {
+      ++i;
+      continue;
+    }
+    uncommitted_[i] = uncommitted_.back();
+    uncommitted_.pop_back();
+    q->in_uncommitted = false;
+    if (ok) {
+      q->placed = q->rd_placed = false;
+      q->placed_recvs.clear();
+    } else {
+      failing_.push_back(q);
+    }
+  }
+  while (!failing_.empty()) {
+    Qp* q = failing_.back();
+    failing_.pop_back();
+    placement_failed(*q);
+  }
+  return ok;
+}
+
+void Core::placement_failed(Qp& qp) {
+  bool rd = qp.rd_placed;
+  uint32_t seq = qp.rd_placed_seq;
+  qp.rd_placed = false;
+  if (rd && proto::seq_lt(seq, qp.sq_tail) && !proto::seq_lt(seq, qp.sq_head)) {
+    bump(&qp, &Counters::local_errors);
+    qp.sqe(seq).status = WcStatus::kLocAccessErr;
+  }
+  if (qp.placed && !hal_.dma.owner_alive(qp.owner)) {
+    // Nothing is acknowledged, nothing NACKed: a dead owner's QP is as if
+    // destroyed (hal.h owner_alive); the host tears it down.
+    qp.placed = false;
+    qp.placed_recvs.clear();
+    bump(&qp, &Counters::rx_drop_owner_gone);
+  }
+  if (qp.placed) responder::placement_failed(*this, qp);  // NACK, QP to ERR
+  if (rd) completer::fail(*this, qp, seq, WcStatus::kLocAccessErr);
+}
+
+void Core::forget(Qp& qp) {
+  std::erase(uncommitted_, &qp);
+  std::erase(failing_, &qp);
+  qp.in_uncommitted = false;
+}
+
 void Core::qp_to_error(Qp& qp) {
+  if (qp.state == QpState::kErr) return;
+  // Receives below complete; their data must have landed (or they fail).
+  if (qp.in_uncommitted) commit(qp.owner);
   if (qp.state == QpState::kErr) return;
   qp.state = QpState::kErr;
   // Send queue, in order: an errored WQE keeps its status, the rest flush.
@@ -64,6 +147,7 @@ void Core::qp_to_error(Qp& qp) {
     wc.status = w.status != WcStatus::kSuccess ? w.status : WcStatus::kWrFlushErr;
     wc.qp_num = qp.qpn;
     wc.src_qp = qp.attr.dest_qp_num;
+    w.release_read_state();
     complete(qp, qp.init.send_cqn, wc);
   }
   qp.sq_head = qp.sq_next = qp.sq_tail;
@@ -84,6 +168,7 @@ void Core::qp_to_error(Qp& qp) {
   qp.rq_head = qp.rq_tail;
   qp.sb.reset(qp.sb.nxt());
   qp.rd_outstanding = 0;
+  qp.rd_bytes = 0;
   qp.reads.clear();
   qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
   qp.tlp_deadline = qp.read_deadline = kNever;
@@ -113,6 +198,7 @@ bool sgl_walk(const Sge* sg, uint32_t n, uint64_t offset, size_t len, F&& f) {
 
 bool sgl_read(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
               std::span<uint8_t> dst) {
+  c.commit(owner);  // a host read may flush queued writes: learn their fate first
   return sgl_walk(sg, n, offset, dst.size(), [&](uint64_t addr, size_t at, size_t k) {
     return c.hal().dma.read_payload(owner, addr, dst.subspan(at, k));
   });
@@ -198,6 +284,8 @@ struct Engine::Impl {
     qp.sb.reset(0);
     qp.rtt = RttEstimator{};
     qp.next_recv_msn = qp.next_rd_msn = qp.rd_outstanding = 0;
+    qp.rd_bytes = 0;
+    for (SendWqe& w : qp.sq) w.release_read_state();
     qp.credit = qp.retries = qp.backoff = 0;
     qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
     qp.tlp_deadline = qp.read_deadline = kNever;
@@ -209,6 +297,9 @@ struct Engine::Impl {
     qp.ce_count = 0;
     qp.comm_est = false;
     qp.has_fatal_nack = false;
+    qp.placed = qp.rd_placed = false;
+    qp.placed_recvs.clear();
+    core.forget(qp);
   }
 
   int make_cc(Qp& qp) {
@@ -274,6 +365,7 @@ struct Engine::Impl {
     if (Cq* cq = cqs.get(qp.init.send_cqn)) --cq->refs;
     if (Cq* cq = cqs.get(qp.init.recv_cqn)) --cq->refs;
     core.credit()->forget(qp.qpn);
+    core.forget(qp);
     auto& act = core.active();
     act.erase(std::remove(act.begin(), act.end(), &qp), act.end());
     uint32_t i = qp.qpn & kQpIndexMask;
@@ -402,8 +494,9 @@ int Engine::reg_mr(OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length, 
   Pd* pd = nullptr;
   if (int e = Impl::owned(impl_->pds, owner, pdn, &pd)) return e;
   if (length > caps().max_mr_size) return EINVAL;
-  uint8_t key = static_cast<uint8_t>(impl_->core.hal().random.next());
-  if (int e = impl_->core.mrs().reg(owner, pdn, addr, length, access, key, keys)) return e;
+  if (int e = impl_->core.mrs().reg(owner, pdn, addr, length, access, impl_->core.hal().random,
+                                    keys))
+    return e;
   ++pd->refs;
   return 0;
 }
@@ -540,7 +633,7 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
   if (inl && (wr.inline_data.size() > qp->init.cap.max_inline_data ||
               wr.opcode == WrOpcode::kRdmaRead || atomic))
     return EINVAL;
-  if (!inl && wr.num_sge > qp->init.cap.max_send_sge) return EINVAL;
+  if (!inl && (wr.num_sge > qp->init.cap.max_send_sge || !wr.inline_data.empty())) return EINVAL;
   if (atomic && (wr.num_sge != 1 || wr.sg[0].length != 8)) return EINVAL;
   if (qp->state == QpState::kErr) {  // IB: posted to an errored QP = flushed at once
     Completion wc;
@@ -561,13 +654,12 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
   w.length = static_cast<uint32_t>(std::min<uint64_t>(len, UINT32_MAX));
   w.msn = w.sent = w.max_psn = 0;
   w.started = w.all_sent = w.response_done = false;
-  w.status = len > caps().max_msg_size ? WcStatus::kLocLenErr : WcStatus::kSuccess;
-  w.chunks_got = 0;
   w.read_check = kNever;
-  w.chunks_total = wr.opcode == WrOpcode::kRdmaRead
-                       ? std::max<uint32_t>(1, (w.length + kReadChunk - 1) / kReadChunk)
-                       : 0;
-  w.chunks.assign((w.chunks_total + 63) / 64, 0);
+  w.release_read_state();  // READ tracking is allocated when the WQE starts
+  // Validated now; a WQE that fails completes with its status in posting
+  // order and moves the QP to ERR (requester::start_wqe, completer::drain).
+  w.status = len > caps().max_msg_size ? WcStatus::kLocLenErr
+                                       : requester::check_local(impl_->core, *qp, w);
   ++qp->sq_tail;
   impl_->core.activate(*qp);
   return 0;
@@ -620,6 +712,10 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
   }
   if (!from_peer(*qp, f.headers)) {
     c.bump(qp, &Counters::rx_drop_wrong_source);
+    return;
+  }
+  if (!c.hal().dma.owner_alive(qp->owner)) {  // as if destroyed (hal.h)
+    c.bump(qp, &Counters::rx_drop_owner_gone);
     return;
   }
   if (p.mbth.opcode == proto::Opcode::kProbe) {  // docs/protocol.md §8
@@ -681,6 +777,25 @@ void Engine::pump() {
 }
 
 const Counters& Engine::counters() const { return impl_->core.counters(); }
+
+int Engine::qp_memory(uint32_t qpn, uint64_t* used, uint64_t* bound) const {
+  const Qp* q = impl_->find_qp(qpn);
+  if (!q) return ENOENT;
+  uint64_t u = sizeof(Qp) + q->sq.capacity() * sizeof(SendWqe) + q->rq.capacity() * sizeof(RecvWqe);
+  for (const SendWqe& w : q->sq)
+    u += w.chunks.capacity() * sizeof(uint64_t) + w.wr.inline_data.capacity();
+  u += q->sb.memory_bytes() + q->placed_recvs.capacity() * sizeof(uint32_t);
+  *used = u;
+  // docs/engine.md §Memory bounds, term by term.
+  const DeviceCaps& c = caps();
+  uint64_t sq = q->sq.size(), rq = q->rq.size();
+  uint64_t live_reads = std::max<uint64_t>(kMaxReadBytes, c.max_msg_size) / (kReadChunk * 8) +
+                        uint64_t{c.max_qp_rd_atom} * sizeof(uint64_t);
+  *bound = sizeof(Qp) + sq * (sizeof(SendWqe) + c.max_inline + kKeepChunkWords * sizeof(uint64_t)) +
+           rq * sizeof(RecvWqe) + live_reads + SendScoreboard::kMaxBytes +
+           4 * kAckEvery * sizeof(uint32_t);
+  return 0;
+}
 
 int Engine::qp_counters(uint32_t qpn, Counters* out) const {
   Qp* qp = impl_->find_qp(qpn);

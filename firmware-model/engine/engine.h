@@ -55,6 +55,7 @@ struct Counters {
   uint64_t rx_drop_not_request = 0;    // PROBE_REPLY or other opcode with no consumer
   uint64_t tail_loss_probes = 0;       // TLP: tail packet resent before the RTO
   uint64_t rx_drop_unordered = 0;     // READ/atomic ahead of a missing earlier PSN (resent later)
+  uint64_t rx_drop_owner_gone = 0;    // the QP's owner process is gone (hal.h owner_alive)
   // Trust (docs/engine.md §Trust): packets that do not match the QP's peer
   // or anything it sent. Each is dropped before it changes any state.
   uint64_t rx_drop_wrong_source = 0;       // source IP is not the QP's peer (its AV's dgid)
@@ -111,6 +112,9 @@ class Engine {
   // ---- observability ----
   const Counters& counters() const;
   int qp_counters(uint32_t qpn, Counters* out) const;
+  // Bytes a QP's state holds now, and the bound it never exceeds
+  // (docs/engine.md §Memory bounds). ENOENT if no such QP.
+  int qp_memory(uint32_t qpn, uint64_t* used, uint64_t* bound) const;
   std::vector<uint32_t> qp_numbers() const;
   // One line of a QP's transport state for logs and tests ("" if no such QP).
   std::string describe_qp(uint32_t qpn) const;

@@ -70,6 +70,14 @@ class DmaInterface {
   }
   virtual bool write(OwnerId owner, uint64_t addr, std::span<const uint8_t> src) = 0;
   virtual bool commit(OwnerId owner) { return true; }
+  // False once owner's address space is gone (the process exited or
+  // exec'd; learnt from a failed access). Its QPs then behave as already
+  // destroyed, as on a NIC whose driver tears down a dead process's QPs:
+  // inbound packets are dropped without a response (rx_drop_owner_gone)
+  // and a placement that failed for that reason is not NACKed, so peers see
+  // the ordinary retry path (IBV_WC_RETRY_EXC_ERR) while the host tears the
+  // owner down.
+  virtual bool owner_alive(OwnerId owner) { return true; }
 };
 
 // Completions and asynchronous events. complete() returns false when the

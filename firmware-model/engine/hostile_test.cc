@@ -289,7 +289,7 @@ struct Responder {
   Responder() : core(EngineConfig{}, Hal{clock, port, dma, events, random}) {
     mem.resize(1 << 20);
     core.mrs().reg(qp.owner, qp.init.pdn, reinterpret_cast<uint64_t>(mem.data()), mem.size(), kAll,
-                   0x5A, &keys);
+                   random, &keys);
     qp.qpn = 0x1002;
     qp.state = QpState::kRts;
     qp.attr.qp_access_flags = kAll;

@@ -26,26 +26,26 @@ bool inside(const Mr& m, uint64_t addr, uint64_t len) {
 }  // namespace
 
 int MrTable::reg(OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length, uint32_t access,
-                 uint8_t random_key, MrKeys* keys) {
+                 RandomInterface& random, MrKeys* keys) {
+  constexpr int kKeyTries = 16;  // live keys are < 2^17 of 2^32: a clash is rare
   if (access & ~kAllAccess) return EINVAL;
   if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite))
     return EINVAL;
   if (addr + length < addr) return EINVAL;
-  uint32_t idx = table_.add(Mr{owner, pdn, addr, length, access, 0});
+  uint32_t key = 0;
+  for (int i = 0; i < kKeyTries && (key == 0 || by_key_.count(key)); ++i)
+    key = static_cast<uint32_t>(random.next() >> 32);
+  if (key == 0 || by_key_.count(key)) return ENOMEM;
+  uint32_t idx = table_.add(Mr{owner, pdn, addr, length, access, key});
   if (idx == 0) return ENOMEM;
-  if (idx > 0xFFFFFF) {
-    table_.remove(idx);
-    return ENOMEM;
-  }
-  Mr* m = table_.get(idx);
-  m->key = idx << 8 | random_key;
-  keys->lkey = keys->rkey = m->key;
+  by_key_[key] = idx;
+  keys->lkey = keys->rkey = key;
   return 0;
 }
 
 const Mr* MrTable::find(uint32_t key) const {
-  const Mr* m = table_.get(key >> 8);
-  return m && m->key == key ? m : nullptr;
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? nullptr : table_.get(it->second);
 }
 
 int MrTable::dereg(OwnerId owner, uint32_t key, uint32_t* pdn) {
@@ -53,7 +53,9 @@ int MrTable::dereg(OwnerId owner, uint32_t key, uint32_t* pdn) {
   if (!m) return ENOENT;
   if (m->owner != owner) return EPERM;
   *pdn = m->pdn;
-  table_.remove(key >> 8);
+  uint32_t idx = by_key_[key];
+  by_key_.erase(key);
+  table_.remove(idx);
   return 0;
 }
 

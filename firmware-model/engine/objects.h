@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
+#include "firmware-model/engine/hal.h"
 #include "firmware-model/engine/types.h"
 
 namespace metaroce::fw {
@@ -22,7 +24,7 @@ struct Mr {
   uint64_t addr = 0;
   uint64_t length = 0;
   uint32_t access = 0;
-  uint32_t key = 0;  // lkey == rkey == index << 8 | 8 random bits
+  uint32_t key = 0;  // lkey == rkey: 32 random bits, new on every registration
 };
 
 struct Cq {
@@ -85,9 +87,11 @@ class MrTable {
  public:
   explicit MrTable(uint32_t max) : table_(max) {}
   // Returns 0 or an errno. access must be a valid ibv_access_flags subset;
-  // remote write/atomic require local write (IB spec o10-2.2.1).
+  // remote write/atomic require local write (IB spec o10-2.2.1). The key is
+  // drawn from `random` (never 0, never a live key): it carries no index,
+  // so a dead or guessed key does not name a reused slot.
   int reg(OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length, uint32_t access,
-          uint8_t random_key, MrKeys* keys);
+          RandomInterface& random, MrKeys* keys);
   const Mr* find(uint32_t key) const;
   int dereg(OwnerId owner, uint32_t key, uint32_t* pdn);
   // Local access through an SGE: owner and PD must match, [addr, addr+len)
@@ -106,6 +110,7 @@ class MrTable {
       const Mr* m = table_.get(i);
       if (m && m->owner == owner) {
         on_removed(*m);
+        by_key_.erase(m->key);
         table_.remove(i);
       }
     }
@@ -113,6 +118,7 @@ class MrTable {
 
  private:
   Table<Mr> table_;
+  std::unordered_map<uint32_t, uint32_t> by_key_;  // key -> table handle
 };
 
 }  // namespace metaroce::fw

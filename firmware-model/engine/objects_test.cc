@@ -1,7 +1,9 @@
 // objects.{h,cc}: key checks and the owner rules of PD/MR/CQ/QP.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cerrno>
+#include <set>
 
 #include "firmware-model/engine/objects.h"
 #include "firmware-model/engine/testing/fakes.h"
@@ -11,32 +13,54 @@ namespace metaroce::fw::test {
 namespace {
 constexpr OwnerId kA = 1, kB = 2;
 constexpr uint32_t kRw = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
+FakeRandom rnd(42);
 }  // namespace
 
 TEST_CASE("mr_table__reg_rejects_remote_write_without_local_write") {
   MrTable t(16);
   MrKeys k;
-  CHECK(t.reg(kA, 1, 0x1000, 100, kAccessRemoteWrite, 0x5A, &k) == EINVAL);
-  CHECK(t.reg(kA, 1, 0x1000, 100, kAccessRemoteAtomic, 0x5A, &k) == EINVAL);
-  CHECK(t.reg(kA, 1, 0x1000, 100, 0x100, 0x5A, &k) == EINVAL);
-  CHECK(t.reg(kA, 1, 0x1000, 100, kAccessRemoteRead, 0x5A, &k) == 0);
+  CHECK(t.reg(kA, 1, 0x1000, 100, kAccessRemoteWrite, rnd, &k) == EINVAL);
+  CHECK(t.reg(kA, 1, 0x1000, 100, kAccessRemoteAtomic, rnd, &k) == EINVAL);
+  CHECK(t.reg(kA, 1, 0x1000, 100, 0x100, rnd, &k) == EINVAL);
+  CHECK(t.reg(kA, 1, 0x1000, 100, kAccessRemoteRead, rnd, &k) == 0);
 }
 
-TEST_CASE("mr_table__key_is_index_and_random_byte") {
+TEST_CASE("mr_table__keys_are_random_and_carry_no_index") {
   MrTable t(16);
   MrKeys k1, k2;
-  REQUIRE(t.reg(kA, 1, 0x1000, 100, kRw, 0x5A, &k1) == 0);
-  REQUIRE(t.reg(kA, 1, 0x2000, 100, kRw, 0xC3, &k2) == 0);
-  CHECK(k1.lkey == (1u << 8 | 0x5A));
+  REQUIRE(t.reg(kA, 1, 0x1000, 100, kRw, rnd, &k1) == 0);
+  REQUIRE(t.reg(kA, 1, 0x2000, 100, kRw, rnd, &k2) == 0);
   CHECK(k1.rkey == k1.lkey);
-  CHECK(k2.lkey == (2u << 8 | 0xC3));
-  CHECK(t.find(k1.lkey ^ 1) == nullptr);  // same index, wrong random byte
+  CHECK(k1.lkey != k2.lkey);
+  CHECK(k1.lkey != 0);
+  CHECK(t.find(k1.lkey ^ 1) == nullptr);
+  CHECK(t.find(k1.lkey)->addr == 0x1000);
+  CHECK(t.find(k2.lkey)->addr == 0x2000);
+}
+
+// A source that repeats itself: the table must never hand out 0 or a live key.
+class StuckRandom : public RandomInterface {
+ public:
+  uint64_t next() override { return n_++ < 3 ? 0 : uint64_t{0xABCD1234} << 32; }
+
+ private:
+  int n_ = 0;
+};
+
+TEST_CASE("mr_table__key_never_zero_nor_a_live_key") {
+  MrTable t(16);
+  StuckRandom r;
+  MrKeys k1, k2;
+  REQUIRE(t.reg(kA, 1, 0x1000, 100, kRw, r, &k1) == 0);
+  CHECK(k1.lkey == 0xABCD1234u);                            // three zeros skipped
+  CHECK(t.reg(kA, 1, 0x2000, 100, kRw, r, &k2) == ENOMEM);  // only clashes left
+  CHECK(t.find(k1.lkey)->addr == 0x1000);
 }
 
 TEST_CASE("check_rkey__each_failure_reason") {
   MrTable t(16);
   MrKeys k;
-  REQUIRE(t.reg(kA, 1, 0x1000, 100, kAccessLocalWrite | kAccessRemoteRead, 0x11, &k) == 0);
+  REQUIRE(t.reg(kA, 1, 0x1000, 100, kAccessLocalWrite | kAccessRemoteRead, rnd, &k) == 0);
   const Mr* mr = nullptr;
   CHECK(t.check_remote(kA, 1, k.rkey, 0x1000, 100, kAccessRemoteRead, &mr) == KeyCheck::kOk);
   CHECK(mr != nullptr);
@@ -65,7 +89,7 @@ TEST_CASE("check_rkey__zero_length_needs_no_key") {
 TEST_CASE("check_lkey__local_write_needed_for_receive_buffers") {
   MrTable t(16);
   MrKeys k;
-  REQUIRE(t.reg(kA, 1, 0x1000, 100, kAccessRemoteRead, 0x11, &k) == 0);
+  REQUIRE(t.reg(kA, 1, 0x1000, 100, kAccessRemoteRead, rnd, &k) == 0);
   CHECK(t.check_local(kA, 1, k.lkey, 0x1000, 100, 0) == KeyCheck::kOk);
   CHECK(t.check_local(kA, 1, k.lkey, 0x1000, 100, kAccessLocalWrite) == KeyCheck::kNoAccess);
 }
@@ -74,12 +98,35 @@ TEST_CASE("mr_table__dereg_checks_owner") {
   MrTable t(16);
   MrKeys k;
   uint32_t pdn = 0;
-  REQUIRE(t.reg(kA, 3, 0x1000, 100, kRw, 0x11, &k) == 0);
+  REQUIRE(t.reg(kA, 3, 0x1000, 100, kRw, rnd, &k) == 0);
   CHECK(t.dereg(kB, k.lkey, &pdn) == EPERM);
   CHECK(t.dereg(kA, k.lkey + 1, &pdn) == ENOENT);
   CHECK(t.dereg(kA, k.lkey, &pdn) == 0);
   CHECK(pdn == 3);
   CHECK(t.find(k.lkey) == nullptr);
+}
+
+// Keys must be unguessable (docs/engine.md §Objects): a fresh key at every
+// registration, even when the slot is reused, with >= 24 bits that vary.
+TEST_CASE("engine_objects__keys_from_reg_dereg_cycles_are_distinct_and_random") {
+  FakeClock clock;
+  Node n(clock, 0x0A000001, 1);
+  Engine& e = *n.engine;
+  uint32_t pd = 0;
+  REQUIRE(e.create_pd(kA, &pd) == 0);
+  std::set<uint32_t> seen;
+  uint32_t first = 0, varying = 0;
+  for (int i = 0; i < 2000; ++i) {
+    MrKeys k;
+    REQUIRE(e.reg_mr(kA, pd, 0x1000, 10, kRw, &k) == 0);
+    if (i == 0) first = k.lkey;
+    varying |= k.lkey ^ first;
+    seen.insert(k.lkey);
+    REQUIRE(e.dereg_mr(kA, k.lkey) == 0);
+    CHECK(e.dereg_mr(kA, k.lkey) == ENOENT);  // dead at once
+  }
+  CHECK(seen.size() == 2000);
+  CHECK(std::popcount(varying) >= 24);
 }
 
 TEST_CASE("engine_objects__wrong_owner_gets_eperm_unknown_gets_enoent") {

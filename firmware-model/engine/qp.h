@@ -25,6 +25,12 @@ inline constexpr uint32_t kReadChunk = 256;   // READ data tracked in 256-byte c
 inline constexpr uint32_t kRdSlots = 32;      // > max_qp_rd_atom: READ/atomic msn -> WQE
 inline constexpr uint32_t kAtomicCache = 64;  // responder: executed atomics, by PSN
 inline constexpr uint32_t kAckEvery = 2;      // ACK at least every this many packets
+// Memory bounds (docs/engine.md §Memory bounds). A READ starts only while
+// the READs outstanding on the QP total at most kMaxReadBytes (or none is
+// outstanding), so their chunk bitmaps hold at most kMaxReadBytes / 2048
+// bytes; a finished WQE keeps at most kKeepChunkWords of bitmap capacity.
+inline constexpr uint64_t kMaxReadBytes = uint64_t{1} << 31;
+inline constexpr uint32_t kKeepChunkWords = 16;  // READs up to 256 KiB reuse it
 
 struct SendWqe {
   SendWr wr;
@@ -44,6 +50,12 @@ struct SendWqe {
   bool is_rd() const {
     return wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpSwap ||
            wr.opcode == WrOpcode::kAtomicFetchAdd;
+  }
+  // The WQE is done: drop READ tracking beyond what a small READ reuses.
+  void release_read_state() {
+    chunks_total = chunks_got = 0;
+    if (chunks.capacity() > kKeepChunkWords) std::vector<uint64_t>().swap(chunks);
+    else chunks.clear();
   }
 };
 
@@ -141,6 +153,7 @@ struct Qp {
   uint32_t next_recv_msn = 0;  // receive-consuming messages started
   uint32_t next_rd_msn = 0;    // READ/atomic messages started
   uint32_t rd_outstanding = 0;
+  uint64_t rd_bytes = 0;  // message bytes of the READs outstanding (<= kMaxReadBytes + one)
   std::array<uint32_t, kRdSlots> rd_slot{};  // rd msn % kRdSlots -> WQE seq
   uint32_t credit = 0;   // peer's latest grant in packets (0 = no limit)
   uint32_t retries = 0;  // consecutive timeouts without progress
@@ -177,6 +190,14 @@ struct Qp {
   bool has_fatal_nack = false;  // responder error: answer everything with this
   proto::Nackh fatal_nack;
 
+  // ---- host writes not yet committed (hal.h §Placement, Core::commit) ----
+  bool placed = false;          // responder: request data or an atomic written
+  uint32_t placed_psn = 0;      // the first such request since the last commit
+  std::vector<uint32_t> placed_recvs;  // receives (by MSN) those requests filled
+  bool rd_placed = false;       // requester: READ data or an atomic result written
+  uint32_t rd_placed_seq = 0;   // the first such WQE since the last commit
+  bool in_uncommitted = false;  // on Core::uncommitted_
+
   bool in_active = false;  // on Core::active
 };
 
@@ -208,6 +229,21 @@ class Core {
   void qp_to_error(Qp& qp);
   // Puts qp on the list pump() serves.
   void activate(Qp& qp);
+  // Placement (hal.h §Placement). The responder records each request whose
+  // data it wrote (recv: the receive it fills, or null); the requester each
+  // READ/atomic WQE whose response it wrote. Nothing is acknowledged or
+  // completed on the strength of such a write before commit() says it landed.
+  void placed_request(Qp& qp, uint32_t psn, bool recv, uint32_t recv_msn);
+  void placed_response(Qp& qp, uint32_t wqe_seq);
+  // Commits owner's queued writes (DmaInterface::commit), if any QP of the
+  // owner wrote since its last commit. On failure the engine cannot tell
+  // whose write failed, so every QP of the owner with uncommitted writes
+  // fails them: the responder NACKs the first such request REMOTE_ACCESS_ERROR
+  // and goes to ERR, the requester completes the WQE kLocAccessErr. Returns
+  // false then. The requester and responder call it before every DMA read
+  // too: a host read may flush queued writes and lose their failure.
+  bool commit(OwnerId owner);
+  void forget(Qp& qp);  // qp is being destroyed
   std::vector<Qp*>& active() { return active_; }
   std::vector<uint32_t>& overflowed_cqs() { return overflowed_cqs_; }
 
@@ -221,6 +257,9 @@ class Core {
   std::vector<uint8_t> lost_paths_;
   std::vector<Qp*> active_;
   std::vector<uint32_t> overflowed_cqs_;
+  std::vector<Qp*> uncommitted_;  // QPs with writes not yet committed
+  std::vector<Qp*> failing_;      // commit() failed: their writes are lost
+  void placement_failed(Qp& qp);
 };
 
 // Gathers/scatters message bytes [offset, offset+dst.size()) through an SGL.
@@ -244,12 +283,17 @@ void on_tlp(Core& c, Qp& qp);
 void on_read_check(Core& c, Qp& qp);
 // (Re)arms the retransmission timer from the current state.
 void arm_rto(Core& c, Qp& qp, bool restart);
+// Local checks of a WQE (at post and again when it starts: the MR may be
+// gone by then): lkeys, bounds and access of its SGEs, message size.
+WcStatus check_local(Core& c, const Qp& qp, const SendWqe& w);
 bool has_work(const Qp& qp);
 }  // namespace requester
 
 namespace responder {
 void on_request(Core& c, Qp& qp, const proto::Frame& f);
 void send_ack(Core& c, Qp& qp, bool dup);
+// Core::commit failed for qp's placed requests: NACK, receives in error, ERR.
+void placement_failed(Core& c, Qp& qp);
 // Sends READ responses as pacing allows; returns packets sent.
 uint32_t run(Core& c, Qp& qp, uint32_t budget);
 }  // namespace responder

@@ -258,6 +258,16 @@ AckOutcome SendScoreboard::on_delivered(uint32_t psn, Time now, const RttEstimat
 }
 
 void SendScoreboard::push_lost(uint32_t psn) {
+  if (lost_tail_ - lost_head_ == lost_.size() && lost_.size() >= 2 * kRecvWindow) {
+    // Full of entries resent or delivered since: keep only the lost ones.
+    uint32_t n = lost_head_;
+    for (uint32_t i = lost_head_; i != lost_tail_; ++i) {
+      uint32_t p = lost_[i & (lost_.size() - 1)];
+      TxEntry* e = find(p);
+      if (e && e->state == TxState::kLost) lost_[n++ & (lost_.size() - 1)] = p;
+    }
+    lost_tail_ = n;
+  }
   if (lost_tail_ - lost_head_ == lost_.size()) {
     std::vector<uint32_t> bigger(lost_.size() * 2);
     uint32_t n = 0;

@@ -182,6 +182,18 @@ class SendScoreboard {
   // queued (entries delivered or resent meanwhile are skipped lazily).
   TxEntry* next_lost();
 
+  // Heap bytes held. The requester keeps fewer than kRecvWindow PSNs
+  // outstanding, so the ring stays at or below kRecvWindow entries and the
+  // lost queue below 2 * kRecvWindow (stale entries are dropped before it
+  // grows past that): at most kMaxBytes (docs/engine.md §Memory bounds).
+  uint64_t memory_bytes() const {
+    return ring_.capacity() * sizeof(TxEntry) + lost_.capacity() * sizeof(uint32_t) +
+           rnr_.capacity() * sizeof(RnrWait);
+  }
+  static constexpr uint64_t kRnrWaitBytes = 16;
+  static constexpr uint64_t kMaxBytes =
+      uint64_t{kRecvWindow} * (sizeof(TxEntry) + 2 * sizeof(uint32_t) + kRnrWaitBytes);
+
  private:
   bool lost_empty() const { return lost_head_ == lost_tail_; }
   TxEntry& slot(uint32_t psn) { return ring_[psn & mask_]; }
@@ -212,7 +224,8 @@ class SendScoreboard {
   std::vector<uint32_t> lost_;
   uint32_t lost_head_ = 0, lost_tail_ = 0;
   struct RnrWait { uint32_t psn; Time until; };
-  std::vector<RnrWait> rnr_;
+  static_assert(sizeof(RnrWait) == kRnrWaitBytes);
+  std::vector<RnrWait> rnr_;  // at most one per outstanding PSN
 };
 
 }  // namespace metaroce::fw

@@ -94,8 +94,9 @@ bool build(Core& c, Qp& qp, SendWqe& w, uint32_t psn, uint32_t offset, uint32_t 
   return true;
 }
 
-// Local checks when a WQE starts: lkeys of its SGEs and message size.
-WcStatus check_local(Core& c, Qp& qp, SendWqe& w) {
+}  // namespace
+
+WcStatus check_local(Core& c, const Qp& qp, const SendWqe& w) {
   const SendWr& wr = w.wr;
   if (wr.send_flags & kSendInline) return WcStatus::kSuccess;
   uint32_t need = w.is_rd() ? uint32_t{kAccessLocalWrite} : 0u;
@@ -110,6 +111,8 @@ WcStatus check_local(Core& c, Qp& qp, SendWqe& w) {
   if (total > c.config().caps.max_msg_size) return WcStatus::kLocLenErr;
   return WcStatus::kSuccess;
 }
+
+namespace {
 
 bool window_allows(Qp& qp, uint32_t wire) {
   const SendScoreboard& sb = qp.sb;
@@ -156,8 +159,11 @@ State start_wqe(Core& c, Qp& qp) {
   if ((w.wr.send_flags & kSendFence) && qp.rd_outstanding > 0) return State::kBlockedOrder;
   if (w.is_rd() && qp.rd_outstanding >= std::max<uint32_t>(1, qp.attr.max_rd_atomic))
     return State::kBlockedOrder;
+  bool read = w.wr.opcode == WrOpcode::kRdmaRead;
+  if (read && qp.rd_outstanding > 0 && qp.rd_bytes + w.length > kMaxReadBytes)
+    return State::kBlockedOrder;  // READ tracking memory (docs/engine.md §Memory bounds)
   w.started = true;
-  WcStatus st = check_local(c, qp, w);
+  WcStatus st = w.status != WcStatus::kSuccess ? w.status : check_local(c, qp, w);
   if (st != WcStatus::kSuccess) {
     c.bump(&qp, &Counters::local_errors);
     w.status = st;
@@ -177,6 +183,11 @@ State start_wqe(Core& c, Qp& qp) {
       qp.rd_slot[w.msn % kRdSlots] = qp.sq_next;
       ++qp.rd_outstanding;
       break;
+  }
+  if (read) {  // validated: now the chunk bitmap may be allocated
+    w.chunks_total = std::max<uint32_t>(1, (w.length + kReadChunk - 1) / kReadChunk);
+    w.chunks.assign((w.chunks_total + 63) / 64, 0);
+    qp.rd_bytes += w.length;
   }
   return State::kSegment;
 }
@@ -288,7 +299,8 @@ namespace {
 void reissue_read(Core& c, Qp& qp, uint32_t seq) {
   SendWqe& w = qp.sqe(seq);
   uint32_t runs = 0;
-  for (uint32_t i = 0; i < w.chunks_total && runs < 8;) {
+  // Within the 4096-PSN window like first transmissions (memory bound).
+  for (uint32_t i = 0; i < w.chunks_total && runs < 8 && qp.sb.outstanding() < kRecvWindow - 1;) {
     if ((w.chunks[i / 64] >> (i % 64)) & 1) {
       ++i;
       continue;

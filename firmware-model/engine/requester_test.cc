@@ -305,3 +305,58 @@ TEST_CASE("requester__window_of_4096_psns_is_never_exceeded") {
 }
 
 }  // namespace metaroce::fw::test
+
+// ---- memory bounds (docs/engine.md §Memory bounds) ----
+
+namespace metaroce::fw::test {
+namespace {
+uint64_t used_bytes(Node& n, uint64_t* bound) {
+  uint64_t used = 0;
+  REQUIRE(n.engine->qp_memory(n.qpn, &used, bound) == 0);
+  return used;
+}
+}  // namespace
+
+// READ tracking was allocated at post time, before the lkey and length were
+// checked: 4096 READs of 0xFFFFFFFF bytes held ~8 GiB. Rejected WQEs now
+// hold nothing and valid ones allocate only when they start, within the
+// per-QP READ budget.
+TEST_CASE("requester__huge_reads_stay_within_the_qp_memory_bound") {
+  EngineConfig cfg;
+  Bench t(1, cfg);
+  constexpr uint32_t kAll =
+      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  t.a.setup(1 << 16, kAll, {128, 16, 4, 4, 64});
+  t.b.setup(1 << 16, kAll);
+  t.a.connect(t.b.ip, t.b.qpn, kAll);
+  t.b.connect(t.a.ip, t.a.qpn, kAll);
+  t.filter = [](const std::string&, bool) { return false; };  // the peer never sees them
+  MrKeys big;  // 8 GiB of address space: the engine never touches it here
+  REQUIRE(t.a.engine->reg_mr(Node::kOwner, t.a.pd, t.a.base(), uint64_t{8} << 30,
+                             kAccessLocalWrite, &big) == 0);
+  auto read = [&](uint64_t id, uint32_t len, uint32_t lkey) {
+    SendWr r = t.a.wr(WrOpcode::kRdmaRead, id, 0, 0);
+    r.sg[0] = {t.a.base(), len, lkey};
+    r.remote_addr = 0x1000;
+    r.rkey = t.b.mr.rkey;
+    return r;
+  };
+  uint64_t bound = 0, idle = used_bytes(t.a, &bound);
+  for (int i = 0; i < 32; ++i) REQUIRE(t.a.post_send(read(i, 0xFFFFFFFF, big.lkey)) == 0);  // > max_msg_size
+  for (int i = 0; i < 32; ++i) REQUIRE(t.a.post_send(read(i, 1u << 31, big.lkey ^ 1)) == 0);  // bad lkey
+  CHECK(used_bytes(t.a, &bound) == idle);  // nothing allocated for rejected WQEs
+  QpAttr err;
+  err.qp_state = QpState::kReset;
+  REQUIRE(t.a.engine->modify_qp(Node::kOwner, t.a.qpn, err, kAttrState) == 0);
+  t.a.connect(t.b.ip, t.b.qpn, kAll);
+  for (int i = 0; i < 64; ++i) REQUIRE(t.a.post_send(read(i, 1u << 31, big.lkey)) == 0);
+  t.run_idle(1'000'000);
+  uint64_t used = used_bytes(t.a, &bound);
+  CHECK(used <= bound);
+  CHECK(used < idle + (2u << 20));  // one 2 GiB READ's bitmap (1 MiB) at a time
+  CHECK(bound < (8u << 20));
+  err.qp_state = QpState::kErr;
+  REQUIRE(t.a.engine->modify_qp(Node::kOwner, t.a.qpn, err, kAttrState) == 0);
+  CHECK(used_bytes(t.a, &bound) == idle);  // completed WQEs give large bitmaps back
+}
+}  // namespace metaroce::fw::test

@@ -11,7 +11,7 @@ const char* to_string(State s) {
   static constexpr const char* kNames[] = {
       "CHECK_STATE", "CHECK_PSN",  "CHECK_OP",    "CHECK_RESOURCES", "CHECK_RECV", "CHECK_RKEY",
       "EXECUTE",     "ACKNOWLEDGE", "DUPLICATE",  "NAK_RNR",        "NAK_ACCESS",
-      "NAK_INVALID", "NAK_REMOTE_OP", "DONE"};
+      "NAK_INVALID", "NAK_REMOTE_OP", "NAK_PLACEMENT", "DONE"};
   return kNames[static_cast<unsigned>(s)];
 }
 
@@ -56,6 +56,7 @@ void send_nack(Core& c, Qp& qp, proto::NackReason reason, uint32_t psn, uint8_t 
 // §Ordering). A placed SEND whose predecessors still have holes waits here
 // until the cumulative point passes it.
 void drain_recv(Core& c, Qp& qp) {
+  if (qp.placed && !c.commit(qp.owner)) return;  // their data did not land: QP in ERR
   while (qp.rq_head != qp.rq_tail && qp.rqe(qp.rq_head).done) {
     RecvWqe& r = qp.rqe(qp.rq_head);
     if (r.have_last && !proto::seq_lt(r.last_psn, qp.rw.cum())) break;
@@ -221,6 +222,8 @@ State check_rkey(Core& c, Qp& qp, Req& r) {
 
 void run_atomic(Core& c, Qp& qp, const proto::Packet& p, uint64_t* original, bool* ok) {
   uint8_t b[8];
+  *ok = false;
+  if (!c.commit(qp.owner)) return;  // earlier placements failed: QP in ERR already
   *ok = c.hal().dma.read(qp.owner, p.atomic.va, b);
   if (!*ok) return;
   uint64_t v;
@@ -233,6 +236,10 @@ void run_atomic(Core& c, Qp& qp, const proto::Packet& p, uint64_t* original, boo
   }
   std::memcpy(b, &v, 8);
   *ok = c.hal().dma.write(qp.owner, p.atomic.va, b);
+  if (!*ok) return;
+  // The result is answered only once the new value is in host memory.
+  c.placed_request(qp, p.mbth.psn, false, 0);
+  *ok = c.commit(qp.owner);
 }
 
 void send_atomic_resp(Core& c, Qp& qp, const AtomicResult& a) {
@@ -249,15 +256,17 @@ State execute(Core& c, Qp& qp, Req& r) {
     case Opcode::kSendImm:
       if (!p.payload.empty() && !sgl_write(c, qp.owner, r.recv->wr.sg.data(),
                                            r.recv->wr.num_sge, p.mbth.offset, p.payload)) {
-        r.recv_status = WcStatus::kLocQpOpErr;
-        return State::kNakRemoteOp;
+        r.recv_status = WcStatus::kLocAccessErr;
+        return State::kNakPlacement;
       }
       break;
     case Opcode::kWrite:
     case Opcode::kWriteImm:
       if (!p.payload.empty() &&
-          !c.hal().dma.write(qp.owner, p.reth.va + p.mbth.offset, p.payload))
-        return State::kNakRemoteOp;
+          !c.hal().dma.write(qp.owner, p.reth.va + p.mbth.offset, p.payload)) {
+        if (r.recv) r.recv_status = WcStatus::kLocAccessErr;
+        return State::kNakPlacement;
+      }
       break;
     case Opcode::kReadReq:
       qp.reads.push({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
@@ -274,13 +283,16 @@ State execute(Core& c, Qp& qp, Req& r) {
       run_atomic(c, qp, p, &a.original, &ok);
       if (!ok) {
         a.valid = false;
-        return State::kNakRemoteOp;
+        // A failed commit has already NACKed and moved the QP to ERR.
+        return qp.state == QpState::kErr ? State::kDone : State::kNakPlacement;
       }
       send_atomic_resp(c, qp, a);
       break;
     }
     default: return State::kNakInvalid;
   }
+  if (!p.payload.empty() && !is_atomic(p.mbth.opcode))
+    c.placed_request(qp, p.mbth.psn, r.recv != nullptr, p.mbth.msn);
   if (RecvWqe* rw = r.recv) {
     rw->placed += static_cast<uint32_t>(p.payload.size());
     if (p.mbth.flags & proto::kFlagLast) {
@@ -302,6 +314,7 @@ State acknowledge(Core& c, Qp& qp, Req& r) {
   qp.rw.mark(p.mbth.psn);
   // The cumulative point may have passed a placed message that was waiting.
   if (qp.rw.cum() != before || (r.recv && r.recv->done)) drain_recv(c, qp);
+  if (qp.state == QpState::kErr) return State::kDone;  // its placement failed
   ++qp.pending_acks;
   qp.ack_echo_ts = p.mbth.timestamp;
   qp.ack_echo_path = p.mbth.path_id;
@@ -354,17 +367,21 @@ State duplicate(Core& c, Qp& qp, Req& r) {
 
 // Class C/D responder errors (IB 9.9.3): NACK, complete the receive with
 // its error if one is involved, QP to ERR with an affiliated event.
-State fatal(Core& c, Qp& qp, Req& r, proto::NackReason reason, EventType ev) {
-  uint32_t psn = r.p.mbth.psn;
-  send_nack(c, qp, reason, psn, r.p.mbth.path_id);
+void fatal_nack(Core& c, Qp& qp, proto::NackReason reason, uint32_t psn, uint8_t path,
+                EventType ev) {
+  send_nack(c, qp, reason, psn, path);
   qp.has_fatal_nack = true;
   qp.fatal_nack = {reason, qp.attr.min_rnr_timer, psn};
+  c.qp_to_error(qp);
+  c.hal().events.async_event(ev, qp.qpn);
+}
+
+State fatal(Core& c, Qp& qp, Req& r, proto::NackReason reason, EventType ev) {
   if (r.recv && r.recv_status != WcStatus::kSuccess) {
     r.recv->status = r.recv_status;
     r.recv->done = true;
   }
-  c.qp_to_error(qp);
-  c.hal().events.async_event(ev, qp.qpn);
+  fatal_nack(c, qp, reason, r.p.mbth.psn, r.p.mbth.path_id, ev);
   return State::kDone;
 }
 
@@ -395,6 +412,13 @@ State step(Core& c, Qp& qp, Req& r, State s) {
     case State::kNakRemoteOp:
       c.bump(&qp, &Counters::rx_nak_invalid);
       return fatal(c, qp, r, proto::NackReason::kRemoteOperationError, EventType::kQpFatal);
+    case State::kNakPlacement:  // the host write failed: a remote access error (hal.h)
+      if (!c.hal().dma.owner_alive(qp.owner)) {  // as if destroyed: no answer
+        c.bump(&qp, &Counters::rx_drop_owner_gone);
+        return State::kDone;
+      }
+      c.bump(&qp, &Counters::rx_nak_access);
+      return fatal(c, qp, r, proto::NackReason::kRemoteAccessError, EventType::kQpAccessErr);
     case State::kDone: break;
   }
   return State::kDone;
@@ -412,7 +436,25 @@ void on_request(Core& c, Qp& qp, const proto::Frame& f) {
   while (s != State::kDone) s = step(c, qp, r, s);
 }
 
+void placement_failed(Core& c, Qp& qp) {
+  c.bump(&qp, &Counters::rx_nak_access);
+  for (uint32_t msn : qp.placed_recvs) {
+    if (proto::seq_lt(msn, qp.rq_head) || !proto::seq_lt(msn, qp.rq_tail)) continue;
+    RecvWqe& rw = qp.rqe(msn);
+    rw.status = WcStatus::kLocAccessErr;
+    rw.done = true;
+  }
+  uint32_t psn = qp.placed_psn;
+  qp.placed = false;
+  qp.placed_recvs.clear();
+  if (qp.state == QpState::kErr) return;
+  fatal_nack(c, qp, proto::NackReason::kRemoteAccessError, psn, qp.ack_echo_path,
+             EventType::kQpAccessErr);
+}
+
 void send_ack(Core& c, Qp& qp, bool dup) {
+  // Never acknowledge data that did not land (hal.h §Placement).
+  if (qp.placed && !c.commit(qp.owner)) return;
   Time now = c.now();
   proto::Packet p = reply(qp, Opcode::kAck, qp.rw.cum(), qp.rq_head, now, qp.ack_echo_path);
   proto::Ackh& a = p.ack;
@@ -444,6 +486,8 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
       break;
     }
     std::span<uint8_t> buf(c.scratch().data(), len);
+    c.commit(qp.owner);  // a READ sees earlier writes, and their failure is not lost
+    if (qp.state == QpState::kErr) break;
     if (len && !c.hal().dma.read(qp.owner, j.va + j.done, buf)) {
       c.qp_to_error(qp);
       c.hal().events.async_event(EventType::kQpFatal, qp.qpn);

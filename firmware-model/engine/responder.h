@@ -23,6 +23,7 @@ enum class State : uint8_t {
   kNakAccess,
   kNakInvalid,
   kNakRemoteOp,
+  kNakPlacement,  // a host write or its commit failed: REMOTE_ACCESS_ERROR
   kDone,
 };
 const char* to_string(State s);

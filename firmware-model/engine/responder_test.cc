@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 
@@ -371,4 +372,108 @@ TEST_CASE("responder__garbage_and_unknown_qp_are_counted") {
   CHECK(t.b.engine->counters().rx_drop_unknown_qp == 1);
 }
 
+}  // namespace metaroce::fw::test
+
+// ---- placement (hal.h §Placement): nothing is acknowledged that did not land ----
+
+namespace metaroce::fw::test {
+namespace {
+// The ACKs b sent, as (cum, sack).
+std::vector<std::pair<uint32_t, uint64_t>> acks_of(const Node& n) {
+  std::vector<std::pair<uint32_t, uint64_t>> v;
+  for (auto& s : n.port.log) {
+    unsigned cum = 0;
+    unsigned long long sack = 0;
+    if (std::sscanf(s.c_str(), "tx ACK cum %u sack %llx", &cum, &sack) == 2) v.push_back({cum, sack});
+  }
+  return v;
+}
+bool sent(const Node& n, const std::string& what) {
+  for (auto& s : n.port.log)
+    if (s.find(what) != std::string::npos) return true;
+  return false;
+}
+}  // namespace
+
+// WRITE 1 lands and is acknowledged; WRITE 2's second packet hits memory
+// the host cannot write (at once, or only when the queued write is
+// committed). The responder must not ACK WRITE 2: it NACKs REMOTE_ACCESS_ERROR
+// and goes to ERR; the requester sees 1 SUCCESS, 2 REM_ACCESS_ERR, 3 flushed.
+TEST_CASE("responder__failed_placement_is_nacked_never_acked") {
+  for (bool at_commit : {false, true}) {
+    INFO("fail at commit: " << at_commit);
+    Bench t;
+    t.connect_pair();
+    t.b.dma.fail_on_commit = at_commit;
+    t.b.dma.bad_writes.push_back({t.b.base() + 4096 + 1024 + 100, 10});
+    pattern(t.a, 0, 3000, 5);
+    REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 100)) == 0);       // psn 1000
+    REQUIRE(t.a.post_send(write_to(t, 2, 0, 4096, 3000)) == 0);    // psn 1001..1003
+    REQUIRE(t.a.post_send(write_to(t, 3, 0, 16384, 100)) == 0);    // psn 1004
+    auto sc = run_until_send_cq(t, 3);
+    REQUIRE(sc.size() == 3);
+    CHECK(st(sc[0]) == "SUCCESS");
+    CHECK(st(sc[1]) == "REM_ACCESS_ERR");
+    CHECK(st(sc[2]) == "WR_FLUSH_ERR");
+    CHECK(t.b.dma.failed_writes >= 1);
+    if (at_commit) CHECK(t.b.dma.failed_commits >= 1);
+    for (auto [cum, sack] : acks_of(t.b)) {
+      CHECK(cum <= 1001);  // nothing of WRITE 2 was ever acknowledged
+      CHECK(sack == 0);
+    }
+    CHECK(sent(t.b, "NACK REMOTE_ACCESS_ERROR"));
+    CHECK(t.b.engine->counters().rx_nak_access == 1);
+    CHECK(t.b.events.has_event(EventType::kQpAccessErr, t.b.qpn));
+    QpAttr a;
+    t.b.engine->query_qp(Node::kOwner, t.b.qpn, &a, nullptr);
+    CHECK(a.qp_state == QpState::kErr);
+  }
+}
+
+// A SEND whose bytes did not land completes its receive with an error, the
+// receive before it (really placed) with success.
+TEST_CASE("responder__receive_whose_placement_failed_completes_in_error") {
+  for (bool at_commit : {false, true}) {
+    INFO("fail at commit: " << at_commit);
+    Bench t;
+    t.connect_pair();
+    t.b.dma.fail_on_commit = at_commit;
+    t.b.dma.bad_writes.push_back({t.b.base() + 8192, 4096});
+    REQUIRE(t.b.post_recv(10, 0, 100) == 0);
+    REQUIRE(t.b.post_recv(11, 8192, 100) == 0);
+    REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 1, 0, 100)) == 0);
+    REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 2, 0, 100)) == 0);
+    auto sc = run_until_send_cq(t, 2);
+    REQUIRE(sc.size() == 2);
+    CHECK(st(sc[0]) == "SUCCESS");
+    CHECK(st(sc[1]) == "REM_ACCESS_ERR");
+    auto rc = t.b.recv_cq();
+    REQUIRE(rc.size() == 2);
+    CHECK(rc[0].wr_id == 10);
+    CHECK(st(rc[0]) == "SUCCESS");
+    CHECK(rc[1].wr_id == 11);
+    CHECK(st(rc[1]) == "LOC_ACCESS_ERR");
+  }
+}
+
+// An atomic's result is answered only after its write landed.
+TEST_CASE("responder__atomic_whose_write_failed_is_not_answered") {
+  for (bool at_commit : {false, true}) {
+    INFO("fail at commit: " << at_commit);
+    Bench t;
+    t.connect_pair();
+    t.b.dma.fail_on_commit = at_commit;
+    t.b.dma.bad_writes.push_back({t.b.base() + 64, 8});
+    SendWr fa = t.a.wr(WrOpcode::kAtomicFetchAdd, 1, 0, 8);
+    fa.remote_addr = t.b.base() + 64;
+    fa.rkey = t.b.mr.rkey;
+    fa.compare_add = 5;
+    REQUIRE(t.a.post_send(fa) == 0);
+    auto sc = run_until_send_cq(t, 1);
+    REQUIRE(sc.size() == 1);
+    CHECK(st(sc[0]) == "REM_ACCESS_ERR");
+    CHECK_FALSE(sent(t.b, "ATOMIC_RESP"));
+    CHECK(t.b.events.has_event(EventType::kQpAccessErr, t.b.qpn));
+  }
+}
 }  // namespace metaroce::fw::test

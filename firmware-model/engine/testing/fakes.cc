@@ -11,6 +11,7 @@ const char* status_name(WcStatus s) {
     case WcStatus::kLocLenErr: return "LOC_LEN_ERR";
     case WcStatus::kLocQpOpErr: return "LOC_QP_OP_ERR";
     case WcStatus::kLocProtErr: return "LOC_PROT_ERR";
+    case WcStatus::kLocAccessErr: return "LOC_ACCESS_ERR";
     case WcStatus::kWrFlushErr: return "WR_FLUSH_ERR";
     case WcStatus::kRemInvReqErr: return "REM_INV_REQ_ERR";
     case WcStatus::kRemAccessErr: return "REM_ACCESS_ERR";

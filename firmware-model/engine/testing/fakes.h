@@ -40,23 +40,56 @@ class FakeRandom : public RandomInterface {
   uint64_t s_;
 };
 
-// Addresses are real pointers; an owner marked dead fails every access.
+// Addresses are real pointers; an owner marked dead fails every access (its
+// memory is unmapped); an owner marked gone also fails every access and is
+// not alive any more (its process exited: hal.h owner_alive).
+// Writes overlapping a range of bad_writes never land: write() returns false,
+// or, with fail_on_commit, it reports success (a queued write) and the next
+// commit() of that owner returns false, as a host whose flush faults does.
+// Accesses overlapping `watch` are counted (e.g. memory whose MR is gone).
 class FakeDma : public DmaInterface {
  public:
+  struct Range {
+    uint64_t addr = 0, len = 0;
+    bool overlaps(uint64_t a, size_t n) const { return n && a < addr + len && addr < a + n; }
+  };
   bool read(OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override {
-    if (dead.count(owner)) return false;
+    if (watch.overlaps(addr, dst.size())) ++watch_hits;
+    if (dead.count(owner) || gone.count(owner)) return false;
     if (!dst.empty()) std::memcpy(dst.data(), reinterpret_cast<const void*>(addr), dst.size());
     ++reads;
     return true;
   }
   bool write(OwnerId owner, uint64_t addr, std::span<const uint8_t> src) override {
-    if (dead.count(owner)) return false;
+    if (watch.overlaps(addr, src.size())) ++watch_hits;
+    if (dead.count(owner) || gone.count(owner)) return false;
+    for (const Range& r : bad_writes) {
+      if (!r.overlaps(addr, src.size())) continue;
+      ++failed_writes;
+      if (!fail_on_commit) return false;
+      lost.insert(owner);
+      return true;
+    }
     if (!src.empty()) std::memcpy(reinterpret_cast<void*>(addr), src.data(), src.size());
     ++writes;
     return true;
   }
-  std::set<OwnerId> dead;
-  uint64_t reads = 0, writes = 0;
+  bool commit(OwnerId owner) override {
+    ++commits;
+    bool ok = !lost.erase(owner) && !dead.count(owner) && !gone.count(owner);
+    if (!ok) ++failed_commits;
+    return ok;
+  }
+  bool owner_alive(OwnerId owner) override { return !gone.count(owner); }
+  std::set<OwnerId> dead, gone;
+  std::vector<Range> bad_writes;
+  bool fail_on_commit = false;
+  Range watch;
+  uint64_t watch_hits = 0;
+  uint64_t reads = 0, writes = 0, failed_writes = 0, commits = 0, failed_commits = 0;
+
+ private:
+  std::set<OwnerId> lost;  // owners with a write lost since their last commit
 };
 
 const char* status_name(WcStatus s);
