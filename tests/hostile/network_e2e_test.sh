@@ -12,7 +12,8 @@
 #     counted as stale/out-of-range ACKs, out-of-range NACKs and
 #     responses matching nothing outstanding.
 # The traffic must stay byte-exact (mroce_traffic verifies every byte) and
-# both daemons must live. The forgeries land in the 2 GiB bulk WRITE phase;
+# both daemons must live. The forgeries land in the 2 GiB bulk WRITE phase
+# (after the verify phase, so the QP is connected);
 # the bulk READ phase is kept short (16 MiB): long runs of 64 KiB READs at
 # depth 16 end in RETRY_EXC_ERR on this veth without any forgery involved
 # (a known gap, docs/engine.md). --timeout 18 (about 8.6 s without progress
@@ -105,14 +106,18 @@ case_forged_frames_during_traffic() {
   mroce_in_b env "${TOOL_ENV[@]}" timeout 300 "$TRAFFIC" client "$MROCE_IP_A" --dev "$MROCE_DEV_B" \
     --port 18791 --seed 31 --bulk-mib 2048 --bulk-read-mib 16 --timeout 18 >"$WORK/client.log" 2>&1 &
   cpid=$!; e2e_track_pid "$cpid"
-  local deadline=$((SECONDS + 30))
-  while [ $SECONDS -lt $deadline ]; do  # the client's QP exists within 30 s
-    qpn=$(ctl_b stat --qp all "$MROCE_DEV_B" 2>/dev/null | awk '$2 == "qp" {sub(":", "", $3); print $3; exit}')
-    [ -n "$qpn" ] && break
+  # Forge once the QP is connected and carrying traffic: the client has
+  # verified its first phase and is in the bulk WRITE phase (seconds long).
+  local deadline=$((SECONDS + 60))
+  while [ $SECONDS -lt $deadline ]; do
+    grep -q "^verified " "$WORK/client.log" && break
     kill -0 "$cpid" 2>/dev/null || break
     sleep 0.1
   done
-  [ -n "$qpn" ] || { cat "$WORK/client.log"; e2e_fail "no QP on daemon B within 30 s"; }
+  grep -q "^verified " "$WORK/client.log" ||
+    { cat "$WORK/server.log" "$WORK/client.log"; e2e_fail "no verified traffic within 60 s"; }
+  qpn=$(ctl_b stat --qp all "$MROCE_DEV_B" 2>/dev/null | awk '$2 == "qp" {sub(":", "", $3); print $3; exit}')
+  [ -n "$qpn" ] || e2e_fail "daemon B lists no QP while its client runs"
   echo "daemon B's QP under attack: $qpn"
 
   snapshot "$WORK/c0"
