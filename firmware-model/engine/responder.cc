@@ -141,12 +141,12 @@ State check_op(Core& c, Qp& qp, Req& r) {
 
 // READ/atomic resources (IB "responder resources", rxe's check_resource).
 // Requests run in PSN order, so a first issue carries exactly the next read
-// MSN; a READ re-issue (docs/protocol.md §6.5) carries one of the last
-// max_dest_rd_atomic MSNs. Anything else, or a first issue while
-// max_dest_rd_atomic first-issue READs are still being answered (the
-// requester cannot have completed them: their data is not all sent), breaks
-// the requester's max_rd_atomic: NAK INVALID_REQUEST, as IB does. A READ
-// that finds the queue full of re-issues is dropped unmarked and resent.
+// MSN and a READ re-issue (docs/protocol.md §6.5) an earlier one. A read
+// MSN ahead of the next, an atomic that is not a first issue, or a first
+// issue while max_dest_rd_atomic first-issue READs are still being answered
+// (the requester cannot have completed them: their data is not all sent)
+// breaks the requester's max_rd_atomic: NAK INVALID_REQUEST, as IB does. A
+// READ that finds the queue full of re-issues is dropped unmarked and resent.
 State check_resources(Core& c, Qp& qp, Req& r) {
   const uint32_t msn = r.p.mbth.msn;
   const uint32_t limit = std::max<uint32_t>(1, qp.attr.max_dest_rd_atomic);
@@ -154,7 +154,7 @@ State check_resources(Core& c, Qp& qp, Req& r) {
   if (msn == qp.resp_rd_msn) {
     if (qp.reads.first_issues() >= limit) return State::kNakInvalid;
     r.first_issue = true;
-  } else if (!read || !proto::seq_lt(msn, qp.resp_rd_msn) || qp.resp_rd_msn - msn > limit) {
+  } else if (!read || !proto::seq_lt(msn, qp.resp_rd_msn)) {
     return State::kNakInvalid;
   }
   if (read && qp.reads.full()) {

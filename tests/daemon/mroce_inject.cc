@@ -3,6 +3,7 @@
 // far end of the veth must count and drop every one of them.
 //
 //   mroce_inject IFNAME SRC_IP DST_IP DST_MAC [--seed N] [--random N]
+//   mroce_inject IFNAME SRC_IP DST_IP DST_MAC --forge QPN [--rounds N] [--requests 0|1]
 //
 // Frames are built with proto::build_frame and then damaged. Prints one
 // line of what was sent per class, which the test compares with the
@@ -14,6 +15,15 @@
 //                 unknown opcode, wrong UDP length, bad payload length),
 //                 ICRC recomputed so only the named defect is wrong
 //     random      random UDP payloads to port 4796 (parse failures too)
+//
+// --forge QPN: instead, well-formed frames with a valid ICRC for a live QP
+// (tests/hostile/network_e2e_test.sh): per round an ACK (random cum_psn and
+// SACK, credit 1, CE, a random echo), a NACK REMOTE_ACCESS_ERROR for a
+// random PSN, a READ_RESP and an ATOMIC_RESP for read MSN round % 64 with a
+// random PSN, and with --requests 1 a WRITE and a READ_REQ at random PSNs.
+// Sent from a third address every one must be dropped as wrong-source;
+// sent with the peer's address, as not matching anything outstanding.
+//   sent ack=N nack=N read_resp=N atomic_resp=N write=N read_req=N
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
@@ -107,6 +117,66 @@ struct Injector {
   }
 };
 
+// --forge: responses (and requests) that would complete, fail or throttle
+// the QP if the receiver matched them by QPN and MSN alone.
+int forge(Injector &in, uint32_t qpn, int rounds, bool requests, uint64_t seed) {
+  using Op = proto::Opcode;
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> evil(1024, 0xee);
+  unsigned ack = 0, nack = 0, read_resp = 0, atomic_resp = 0, write = 0, read_req = 0;
+  auto send = [&](proto::Packet &p, unsigned *n) {
+    p.mbth.dest_qpn = qpn;
+    p.mbth.timestamp = static_cast<uint32_t>(rng());
+    std::vector<uint8_t> f(2048);
+    f.resize(proto::build_frame(in.h, p, f));
+    send_frame(f);
+    usleep(1000);  // ~1,000 frames/s: a steady forger, not a flood that drops the real traffic
+    ++*n;
+  };
+  for (int r = 0; r < rounds; r++) {
+    proto::Packet a;
+    a.mbth.opcode = Op::kAck;
+    a.ack = {static_cast<uint32_t>(rng()), rng(), static_cast<uint32_t>(rng()), 1, 1000, 0,
+             proto::kAckFlagCe, 0};
+    send(a, &ack);
+    proto::Packet n;
+    n.mbth.opcode = Op::kNack;
+    n.nack = {proto::NackReason::kRemoteAccessError, 0, static_cast<uint32_t>(rng())};
+    send(n, &nack);
+    proto::Packet rr;
+    rr.mbth.opcode = Op::kReadResp;
+    rr.mbth.psn = static_cast<uint32_t>(rng());
+    rr.mbth.msn = static_cast<uint32_t>(r % 64);
+    rr.mbth.flags = proto::kFlagLast;
+    rr.payload = evil;
+    send(rr, &read_resp);
+    proto::Packet ar;
+    ar.mbth.opcode = Op::kAtomicResp;
+    ar.mbth.psn = static_cast<uint32_t>(rng());
+    ar.mbth.msn = static_cast<uint32_t>(r % 64);
+    ar.mbth.flags = proto::kFlagLast;
+    ar.atomic_ack.original = 0xdead;
+    send(ar, &atomic_resp);
+    if (!requests) continue;
+    proto::Packet w;
+    w.mbth.opcode = Op::kWrite;
+    w.mbth.psn = static_cast<uint32_t>(rng());
+    w.mbth.flags = proto::kFlagLast | proto::kFlagAckReq;
+    w.reth = {rng(), static_cast<uint32_t>(rng()), 64};
+    w.payload = std::span<const uint8_t>(evil.data(), 64);
+    send(w, &write);
+    proto::Packet q;
+    q.mbth.opcode = Op::kReadReq;
+    q.mbth.psn = static_cast<uint32_t>(rng());
+    q.mbth.flags = proto::kFlagLast | proto::kFlagAckReq;
+    q.reth = {rng(), static_cast<uint32_t>(rng()), 4096};
+    send(q, &read_req);
+  }
+  printf("sent ack=%u nack=%u read_resp=%u atomic_resp=%u write=%u read_req=%u\n", ack, nack,
+         read_resp, atomic_resp, write, read_req);
+  return 0;
+}
+
 proto::MacAddr parse_mac(const char *s) {
   proto::MacAddr m{};
   unsigned v[6];
@@ -135,10 +205,15 @@ int main(int argc, char **argv) {
     return 2;
   }
   uint64_t seed = 1;
-  int random_count = 2000;
+  int random_count = 2000, rounds = 100;
+  long forge_qpn = -1;
+  bool requests = false;
   for (int i = 5; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--seed")) seed = strtoull(argv[i + 1], nullptr, 0);
     else if (!strcmp(argv[i], "--random")) random_count = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--forge")) forge_qpn = strtol(argv[i + 1], nullptr, 0);
+    else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--requests")) requests = atoi(argv[i + 1]) != 0;
   }
   g_sock = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
   if (g_sock < 0) {
@@ -160,6 +235,7 @@ int main(int argc, char **argv) {
   g_addr.sll_ifindex = static_cast<int>(if_nametoindex(argv[1]));
   g_addr.sll_halen = 6;
   memcpy(g_addr.sll_addr, in.h.dst_mac.data(), 6);
+  if (forge_qpn >= 0) return forge(in, static_cast<uint32_t>(forge_qpn), rounds, requests, seed);
 
   using Op = proto::Opcode;
   const Op ops[] = {Op::kSend, Op::kSendImm, Op::kWrite, Op::kWriteImm, Op::kReadReq, Op::kReadResp,

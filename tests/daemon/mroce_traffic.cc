@@ -11,7 +11,8 @@
 //       WRITE, RDMA WRITE with immediate, RDMA READ, FETCH_ADD and CMP_SWAP,
 //       all with seeded pseudo-random content that the receiving side
 //       regenerates and compares; then timed bulk WRITE and READ phases
-//       (--bulk-mib each) whose content is verified too. Prints FIGURE lines.
+//       (--bulk-mib each; --bulk-read-mib sets the READ phase apart) whose
+//       content is verified too. Prints FIGURE lines.
 //   --mode stream  both sides stream RDMA WRITEs and READs at each other
 //       until a completion fails; prints the status (e.g. "transport retry
 //       counter exceeded") and exits 0. Touches --ready-file once streaming.
@@ -53,6 +54,7 @@ struct Options {
   uint64_t seed = 1;
   uint32_t max_size = 1u << 20;
   uint32_t bulk_mib = 32;
+  int64_t bulk_read_mib = -1;  // client: READ phase size (-1: bulk_mib)
   std::string mode = "verify";
   int timeout = 14;  // IB encoding: 4.096 us * 2^timeout
   int retry_cnt = 7;
@@ -592,7 +594,7 @@ int run_client(Host *h, const Options &o, int fd) {
   uint32_t chunk = std::min<uint32_t>(65536, o.max_size);
   uint64_t total = static_cast<uint64_t>(o.bulk_mib) << 20;
   bulk_write(h, o, chunk, total);
-  bulk_read(h, o, chunk, total);
+  bulk_read(h, o, chunk, o.bulk_read_mib < 0 ? total : static_cast<uint64_t>(o.bulk_read_mib) << 20);
   struct { int32_t status; uint32_t pad; uint64_t atom; } fin{0, 0, atom};
   write_all(fd, &fin, sizeof(fin));
   int32_t status;
@@ -649,7 +651,7 @@ void usage() {
   fprintf(stderr,
           "usage: mroce_traffic server [options]\n"
           "       mroce_traffic client PEER_IP [options]\n"
-          "options: --dev NAME --port N --seed N --max-size BYTES --bulk-mib N\n"
+          "options: --dev NAME --port N --seed N --max-size BYTES --bulk-mib N --bulk-read-mib N\n"
           "         --mode verify|stream --timeout N --retry-cnt N --ready-file PATH --deadline S\n");
   exit(2);
 }
@@ -675,6 +677,7 @@ Options parse(int argc, char **argv) {
     else if (a == "--seed") o.seed = strtoull(v, nullptr, 0);
     else if (a == "--max-size") o.max_size = static_cast<uint32_t>(strtoul(v, nullptr, 0));
     else if (a == "--bulk-mib") o.bulk_mib = static_cast<uint32_t>(strtoul(v, nullptr, 0));
+    else if (a == "--bulk-read-mib") o.bulk_read_mib = strtoll(v, nullptr, 0);
     else if (a == "--mode") o.mode = v;
     else if (a == "--timeout") o.timeout = atoi(v);
     else if (a == "--retry-cnt") o.retry_cnt = atoi(v);
