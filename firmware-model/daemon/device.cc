@@ -262,6 +262,14 @@ mroce_port_attr Device::port_attr() const {
   return a;
 }
 
+// Another context's object answers exactly as a missing one (ENOENT, one
+// reason): EPERM would tell a client which handles (e.g. lkeys) exist.
+int Device::not_ours(int err, const char* what, uint32_t handle, Reply* out) {
+  if (err != ENOENT && err != EPERM) return err;
+  out->reason = std::string("no ") + what + " " + std::to_string(handle) + " in this context";
+  return ENOENT;
+}
+
 // ---------------- limits ----------------
 
 int Device::check_limits(const Client& c, const char* what, size_t have, uint32_t client_max,
@@ -372,7 +380,7 @@ int Device::op_alloc_pd(Client& c, const Request& r, Reply* out) {
 
 int Device::op_dealloc_pd(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = engine_->destroy_pd(c.id, req.handle);
+  int err = not_ours(engine_->destroy_pd(c.id, req.handle), "PD", req.handle, out);
   if (err == EBUSY) out->reason = "PD still has MRs or QPs";
   if (!err && c.pds.erase(req.handle)) usage(c).pds--;
   return err;
@@ -408,7 +416,7 @@ int Device::op_reg_mr(Client& c, const Request& r, Reply* out) {
 
 int Device::op_dereg_mr(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = engine_->dereg_mr(c.id, req.handle);
+  int err = not_ours(engine_->dereg_mr(c.id, req.handle), "MR with lkey", req.handle, out);
   if (!err && c.mrs.erase(req.handle)) usage(c).mrs--;
   return err;
 }
@@ -460,7 +468,7 @@ int Device::op_create_cq(Client& c, const Request& r, Reply* out) {
 
 int Device::op_destroy_cq(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = engine_->destroy_cq(c.id, req.handle);
+  int err = not_ours(engine_->destroy_cq(c.id, req.handle), "CQ", req.handle, out);
   if (err == EBUSY) out->reason = "CQ still used by a QP";
   if (err) return err;
   auto it = cqs_.find(req.handle);
@@ -561,7 +569,7 @@ int Device::op_query_qp(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
   fw::QpAttr attr;
   fw::QpInitAttr init;
-  int err = engine_->query_qp(c.id, req.handle, &attr, &init);
+  int err = not_ours(engine_->query_qp(c.id, req.handle, &attr, &init), "QP", req.handle, out);
   if (err) return err;
   mroce_query_qp_resp resp{};
   resp.attr = to_abi(attr);
@@ -572,7 +580,7 @@ int Device::op_query_qp(Client& c, const Request& r, Reply* out) {
 
 int Device::op_destroy_qp(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = engine_->destroy_qp(c.id, req.handle);
+  int err = not_ours(engine_->destroy_qp(c.id, req.handle), "QP", req.handle, out);
   if (err) return err;
   auto it = qps_.find(req.handle);
   if (it != qps_.end()) {

@@ -207,6 +207,7 @@ class Device : fw::ClockInterface,
   int check_limits(const Client& c, const char* what, size_t have, uint32_t client_max,
                    uint32_t UserUsage::*used, uint32_t UserLimits::*user_max, Reply* out);
   int check_ring_bytes(const Client& c, uint64_t bytes, Reply* out);
+  int not_ours(int err, const char* what, uint32_t handle, Reply* out);
   void forget_ring_bytes(Client& c, uint64_t bytes);
   UserUsage& usage(const Client& c) { return users_[c.uid]; }
   void flush_completions();

@@ -524,6 +524,41 @@ TEST_CASE("channel__a_blocking_socket_nobody_reads_never_blocks_the_daemon") {
   close(sv[1]);
 }
 
+TEST_CASE("control__another_contexts_objects_answer_as_missing_with_a_reason") {
+  Fixture f;
+  Pair p(f);
+  Device::Client* other = f.open(getuid() + 1);
+  auto as_other = [&](uint16_t op, uint32_t h) {
+    mroce_handle_req req{h, 0};
+    return f.call_as(*other, op, bytes_of(req));
+  };
+  struct Case {
+    uint16_t op;
+    uint32_t handle;
+    std::string what;
+  } cases[] = {{MROCE_OP_QUERY_QP, p.a.qpn, "QP"},     {MROCE_OP_DESTROY_QP, p.a.qpn, "QP"},
+               {MROCE_OP_DESTROY_CQ, p.cq.cqn, "CQ"},  {MROCE_OP_DEALLOC_PD, p.pdn, "PD"},
+               {MROCE_OP_DEREG_MR, p.mr.lkey, "MR with lkey"}};
+  for (const Case& c : cases) {
+    Device::Reply r = as_other(c.op, c.handle);
+    CHECK(r.err == ENOENT);  // not EPERM: existence is not revealed
+    CHECK(r.reason == "no " + c.what + " " + std::to_string(c.handle) + " in this context");
+    Device::Reply missing = as_other(c.op, 0x7ffffff0);
+    CHECK(missing.err == ENOENT);
+  }
+  mroce_modify_qp_req m{};
+  m.qpn = p.a.qpn;
+  m.attr.attr_mask = 1;
+  m.attr.qp_state = 6;
+  Device::Reply r = f.call_as(*other, MROCE_OP_MODIFY_QP, bytes_of(m));
+  CHECK(r.err == ENOENT);
+  CHECK(r.reason == "no such QP in this context");
+  // The owner's objects are untouched: its traffic still runs.
+  p.post_write(0x33);
+  REQUIRE(f.run_until([&] { return p.cq.ring.load_producer() >= 1; }));
+  CHECK(static_cast<mroce_cqe*>(p.cq.ring.slot(0))->status == 0);
+}
+
 TEST_CASE("limits__per_uid_limits_span_connections_and_spare_other_users") {
   DeviceConfig cfg = Fixture::config();
   cfg.limits.max_qp = 8;
