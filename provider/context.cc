@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -103,17 +102,6 @@ int start_watcher(struct mroce_context *ctx) {
   return 0;
 }
 
-// The daemon reads and writes registered memory with process_vm_*; under
-// Yama ptrace_scope >= 1 that needs our consent.
-void allow_daemon_dma() {
-  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
-  if (!f) return;
-  int scope = 0;
-  if (fscanf(f, "%d", &scope) != 1) scope = 0;
-  fclose(f);
-  if (scope > 0) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-}
-
 int connect_socket(const char *path) {
   struct sockaddr_un sa = {};
   sa.sun_family = AF_UNIX;
@@ -150,7 +138,6 @@ struct verbs_context *mroce_alloc_context(struct ibv_device *ibdev, int cmd_fd, 
   struct mroce_context *ctx =
       verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx, 0 /* RDMA_DRIVER_UNKNOWN */);
   if (!ctx) return nullptr;
-  allow_daemon_dma();
   // Re-read the published socket path: the daemon may have restarted.
   struct verbs_sysfs_dev *sysfs = dev->ibv_dev.sysfs;
   if (sysfs) mroce_resolve_socket(sysfs->ibdev_path, sysfs->ibdev_name, dev->socket_path,

@@ -75,6 +75,7 @@ struct ControlServer::Session {
   explicit Session(asio::io_context& io) : socket(io) {}
   seqpacket::socket socket;
   Device::Client* client = nullptr;
+  std::string refusal;  // set when over the uid's connection limit (client stays null)
   std::vector<uint8_t> buf = std::vector<uint8_t>(kMaxMessage);
 };
 
@@ -102,17 +103,25 @@ int ControlServer::start(std::string* why) {
   acceptor_ = std::make_unique<asio::basic_socket_acceptor<seqpacket>>(io_);
   seqpacket::endpoint ep(&addr, sizeof(addr), SOCK_SEQPACKET);
   acceptor_->open(seqpacket(AF_UNIX, 0), ec);
-  if (!ec) acceptor_->bind(ep, ec);
+  // Any local user may open a context, as with /dev/infiniband/uverbs*:
+  // every object belongs to the connection (context) that created it, and
+  // DMA reaches only the address space of the process that connected
+  // (ClientMemory, bound at accept).
+  // bind() creates the socket file with mode 0777 & ~umask, so the umask
+  // gives it 0666 the moment it exists. A chmod() by path afterwards left a
+  // window, and followed whatever the path named by then (a symlink planted
+  // in a writable run directory: chmod 0666 of any file, as root). The
+  // daemon is single-threaded here, so the process-wide umask is safe.
+  if (!ec) {
+    mode_t old = ::umask(0111);
+    acceptor_->bind(ep, ec);
+    ::umask(old);
+  }
   if (!ec) acceptor_->listen(64, ec);
   if (ec) {
     *why = "cannot listen on " + path_ + ": " + ec.message();
     return ec.value();
   }
-  // Any local user may open a context, as with /dev/infiniband/uverbs*:
-  // every object belongs to the connection (context) that created it, and
-  // DMA reaches only the address space of the process that connected
-  // (ClientMemory, bound at accept).
-  ::chmod(path_.c_str(), 0666);
   accept_next();
   return 0;
 }
@@ -129,7 +138,8 @@ void ControlServer::accept_next() {
       auto memory = ClientMemory::bind_peer(fd, &why);
       if (!memory) log_("client refused: " + why);
       if (memory && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-        s->client = device_.open_client(std::move(memory), cred.uid, -1);
+        s->client = device_.open_client(std::move(memory), cred.uid, -1, &why);
+        if (!s->client) return refuse(s, why);
         sessions_[s.get()] = s;
         log_("client pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid) +
              " connected as context " + std::to_string(s->client->id));
@@ -138,6 +148,22 @@ void ControlServer::accept_next() {
     }
     accept_next();
   });
+}
+
+// Over its uid's connection limit: the first request is answered with
+// ENOMEM and the reason, then the connection closes. Refusals waiting for
+// that request are bounded too; beyond that the connection just closes.
+void ControlServer::refuse(const std::shared_ptr<Session>& s, const std::string& why) {
+  log_(why);
+  if (refusing_ >= kMaxRefusing) {
+    accept_next();
+    return;  // s (the socket) is closed as it goes out of scope
+  }
+  refusing_++;
+  s->refusal = why;
+  sessions_[s.get()] = s;
+  wait_readable(s);
+  accept_next();
 }
 
 void ControlServer::wait_readable(const std::shared_ptr<Session>& s) {
@@ -161,11 +187,14 @@ bool ControlServer::serve_one(Session& s) {
   };
   Device::Reply reply;
   mroce_msg_hdr hdr{};
-  if (static_cast<size_t>(n) < sizeof(hdr)) {
+  if (static_cast<size_t>(n) >= sizeof(hdr)) std::memcpy(&hdr, s.buf.data(), sizeof(hdr));
+  if (!s.client) {
+    reply.err = ENOMEM;
+    reply.reason = s.refusal;
+  } else if (static_cast<size_t>(n) < sizeof(hdr)) {
     reply.err = EINVAL;
     reply.reason = "message shorter than its header";
   } else {
-    std::memcpy(&hdr, s.buf.data(), sizeof(hdr));
     if (hdr.abi_version != MROCE_ABI_VERSION) {
       reply.err = EPROTO;
       reply.reason = "device-ABI version " + std::to_string(hdr.abi_version) + " not spoken (" +
@@ -192,6 +221,7 @@ bool ControlServer::serve_one(Session& s) {
   int err = send_message(fd, hdr.op, hdr.seq, body.data(), body.size(), reply.fds.data(),
                          reply.fds.size());
   for (int f : reply.fds) ::close(f);
+  if (!s.client) return false;  // refused: the reason is sent, now close
   if (reply.err) {
     log_("context " + std::to_string(s.client->id) + ": op " + std::to_string(hdr.op) +
          " failed: " + std::strerror(reply.err) + ": " + reply.reason);
@@ -200,6 +230,7 @@ bool ControlServer::serve_one(Session& s) {
 }
 
 void ControlServer::close_session(const std::shared_ptr<Session>& s) {
+  if (!s->refusal.empty()) refusing_--;
   if (s->client) {
     log_("context " + std::to_string(s->client->id) + " (pid " + std::to_string(s->client->pid) +
          ") closed: tearing down its resources");

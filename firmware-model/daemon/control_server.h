@@ -33,6 +33,7 @@ class ControlServer {
  private:
   struct Session;
   void accept_next();
+  void refuse(const std::shared_ptr<Session>& s, const std::string& why);
   void wait_readable(const std::shared_ptr<Session>& s);
   bool serve_one(Session& s);  // false: close the session
   void close_session(const std::shared_ptr<Session>& s);
@@ -43,6 +44,8 @@ class ControlServer {
   Log log_;
   std::unique_ptr<boost::asio::basic_socket_acceptor<boost::asio::generic::seq_packet_protocol>> acceptor_;
   std::map<Session*, std::shared_ptr<Session>> sessions_;
+  static constexpr size_t kMaxRefusing = 16;
+  size_t refusing_ = 0;  // refused connections waiting to be told why
 };
 
 // Sends one message with optional fds. Returns 0 or an errno. Shared by the

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -107,14 +108,28 @@ fw::Time Device::now() const {
 
 // ---------------- clients ----------------
 
-Device::Client* Device::open_client(pid_t pid, uid_t uid, int async_fd) {
-  std::string why;
-  auto memory = ClientMemory::bind_pid(pid, &why);
-  return memory ? open_client(std::move(memory), uid, async_fd) : nullptr;
+Device::Client* Device::open_client(pid_t pid, uid_t uid, int async_fd, std::string* why) {
+  std::string bind_why;
+  auto memory = ClientMemory::bind_pid(pid, &bind_why);
+  if (!memory) {
+    if (why) *why = bind_why;
+    return nullptr;
+  }
+  return open_client(std::move(memory), uid, async_fd, why);
 }
 
 Device::Client* Device::open_client(std::unique_ptr<ClientMemory> memory, uid_t uid,
-                                    int async_fd) {
+                                    int async_fd, std::string* why) {
+  UserUsage& u = users_[uid];
+  if (u.connections >= config_.user_limits.max_connections) {
+    counters_.clients_refused_user_limit++;
+    if (why) {
+      *why = "per-user connection limit " + std::to_string(config_.user_limits.max_connections) +
+             " reached for uid " + std::to_string(uid) + "; raise --uid-max-connections";
+    }
+    return nullptr;
+  }
+  u.connections++;
   fw::OwnerId id = next_client_++;
   Client& c = clients_[id];
   c.id = id;
@@ -141,6 +156,13 @@ void Device::close_client(fw::OwnerId id) {
     cqs_.erase(cqn);
   }
   if (c.async_fd >= 0) close(c.async_fd);
+  UserUsage& u = usage(c);
+  u.qps -= static_cast<uint32_t>(c.qps.size());
+  u.cqs -= static_cast<uint32_t>(c.cqs.size());
+  u.mrs -= static_cast<uint32_t>(c.mrs.size());
+  u.pds -= static_cast<uint32_t>(c.pds.size());
+  u.ring_bytes -= c.ring_bytes;
+  if (--u.connections == 0) users_.erase(c.uid);
   dma_.forget(id);
   clients_.erase(it);
   counters_.clients_closed++;
@@ -240,6 +262,80 @@ mroce_port_attr Device::port_attr() const {
   return a;
 }
 
+// Another context's object answers exactly as a missing one (ENOENT, one
+// reason): EPERM would tell a client which handles (e.g. lkeys) exist.
+int Device::not_ours(int err, const char* what, uint32_t handle, Reply* out) {
+  if (err != ENOENT && err != EPERM) return err;
+  out->reason = std::string("no ") + what + " " + std::to_string(handle) + " in this context";
+  return ENOENT;
+}
+
+// ---------------- limits ----------------
+
+int Device::check_limits(const Client& c, const char* what, size_t have, uint32_t client_max,
+                         uint32_t UserUsage::*used, uint32_t UserLimits::*user_max, Reply* out) {
+  if (have >= client_max) {
+    counters_.limit_refused_client++;
+    out->reason = std::string("per-client ") + what + " limit reached (" +
+                  std::to_string(client_max) + ")";
+    return ENOMEM;
+  }
+  uint32_t max = config_.user_limits.*user_max;
+  if (users_[c.uid].*used >= max) {
+    counters_.limit_refused_user++;
+    std::string option = what;
+    for (char& ch : option) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    out->reason = std::string("per-user ") + what + " limit " + std::to_string(max) +
+                  " reached for uid " + std::to_string(c.uid) + "; raise --uid-max-" + option;
+    return ENOMEM;
+  }
+  return 0;
+}
+
+void Device::forget_ring_bytes(Client& c, uint64_t bytes) {
+  c.ring_bytes -= bytes;
+  usage(c).ring_bytes -= bytes;
+}
+
+int Device::check_ring_bytes(const Client& c, uint64_t bytes, Reply* out) {
+  uint64_t max = config_.user_limits.max_ring_bytes;
+  if (users_[c.uid].ring_bytes + bytes > max) {
+    counters_.limit_refused_user++;
+    out->reason = "per-user ring memory limit " + std::to_string(max >> 20) +
+                  " MiB reached for uid " + std::to_string(c.uid) + "; raise --uid-max-ring-mb";
+    return ENOMEM;
+  }
+  return 0;
+}
+
+// A completion-channel fd comes from the client and may be anything: a
+// FIFO or FUSE file would block the daemon's only thread, a stream socket
+// would split records. Only AF_UNIX datagram/seqpacket sockets are taken
+// (what kmod-shim/launcher makes); they are written with MSG_DONTWAIT, which
+// holds whatever O_NONBLOCK the client later sets on the shared file.
+int Device::check_channel_fd(int fd, std::string* why) {
+  struct stat st{};
+  int domain = 0, type = 0;
+  socklen_t len = sizeof(int);
+  if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    *why = "completion channel fd must be an AF_UNIX datagram socket, not a ";
+    *why += S_ISFIFO(st.st_mode) ? "pipe/FIFO" : S_ISREG(st.st_mode) ? "regular file" : "non-socket";
+    return EINVAL;
+  }
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_UNIX ||
+      getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+      (type != SOCK_DGRAM && type != SOCK_SEQPACKET)) {
+    *why = "completion channel fd must be an AF_UNIX SOCK_DGRAM or SOCK_SEQPACKET socket";
+    return EINVAL;
+  }
+  return 0;
+}
+
+// One record to a client's channel or async socket; never waits.
+bool Device::send_record(int fd, const void* rec, size_t len) {
+  return ::send(fd, rec, len, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(len);
+}
+
 int Device::op_open(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_open_context_req, req);
   if (req.client_abi != MROCE_ABI_VERSION) {
@@ -270,32 +366,31 @@ int Device::op_query_port(Client& c, const Request& r, Reply* out) {
 }
 
 int Device::op_alloc_pd(Client& c, const Request& r, Reply* out) {
-  if (c.pds.size() >= config_.limits.max_pd) {
-    out->reason = "per-client PD limit reached (" + std::to_string(config_.limits.max_pd) + ")";
-    return ENOMEM;
-  }
+  int err = check_limits(c, "PD", c.pds.size(), config_.limits.max_pd, &UserUsage::pds,
+                         &UserLimits::max_pd, out);
+  if (err) return err;
   mroce_alloc_pd_resp resp{};
-  int err = engine_->create_pd(c.id, &resp.pdn);
+  err = engine_->create_pd(c.id, &resp.pdn);
   if (err) return err;
   c.pds.insert(resp.pdn);
+  usage(c).pds++;
   encode(resp, &out->body);
   return 0;
 }
 
 int Device::op_dealloc_pd(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = engine_->destroy_pd(c.id, req.handle);
+  int err = not_ours(engine_->destroy_pd(c.id, req.handle), "PD", req.handle, out);
   if (err == EBUSY) out->reason = "PD still has MRs or QPs";
-  if (!err) c.pds.erase(req.handle);
+  if (!err && c.pds.erase(req.handle)) usage(c).pds--;
   return err;
 }
 
 int Device::op_reg_mr(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_reg_mr_req, req);
-  if (c.mrs.size() >= config_.limits.max_mr) {
-    out->reason = "per-client MR limit reached (" + std::to_string(config_.limits.max_mr) + ")";
-    return ENOMEM;
-  }
+  int err = check_limits(c, "MR", c.mrs.size(), config_.limits.max_mr, &UserUsage::mrs,
+                         &UserLimits::max_mr, out);
+  if (err) return err;
   // As pinning does in a kernel driver: the range must be mapped in the
   // client with the access asked for, and on memory whose faults cannot
   // block the daemon (ClientMemory::check_range).
@@ -308,31 +403,35 @@ int Device::op_reg_mr(Client& c, const Request& r, Reply* out) {
     }
   }
   fw::MrKeys keys;
-  int err = engine_->reg_mr(c.id, req.pdn, req.addr, req.length, req.access, &keys);
+  err = engine_->reg_mr(c.id, req.pdn, req.addr, req.length, req.access, &keys);
   if (err) {
     if (err == EINVAL) out->reason = "invalid MR: bad PD, length or access flags";
     return err;
   }
   c.mrs.insert(keys.lkey);
+  usage(c).mrs++;
   encode(mroce_reg_mr_resp{keys.lkey, keys.rkey}, &out->body);
   return 0;
 }
 
 int Device::op_dereg_mr(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = engine_->dereg_mr(c.id, req.handle);
-  if (!err) c.mrs.erase(req.handle);
+  int err = not_ours(engine_->dereg_mr(c.id, req.handle), "MR with lkey", req.handle, out);
+  if (!err && c.mrs.erase(req.handle)) usage(c).mrs--;
   return err;
 }
 
 int Device::op_create_cq(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_create_cq_req, req);
-  if (c.cqs.size() >= config_.limits.max_cq) {
-    out->reason = "per-client CQ limit reached (" + std::to_string(config_.limits.max_cq) + ")";
-    return ENOMEM;
-  }
+  int err = check_limits(c, "CQ", c.cqs.size(), config_.limits.max_cq, &UserUsage::cqs,
+                         &UserLimits::max_cq, out);
+  if (err) return err;
   if (req.has_channel && r.fds.size() != 1) {
     out->reason = "CREATE_CQ with has_channel needs exactly one fd";
+    return EINVAL;
+  }
+  if (req.has_channel && check_channel_fd(r.fds[0], &out->reason)) {
+    counters_.channel_fd_refused++;
     return EINVAL;
   }
   if (req.cqe == 0 || req.cqe > engine_->caps().max_cqe) {
@@ -340,51 +439,53 @@ int Device::op_create_cq(Client& c, const Request& r, Reply* out) {
     return EINVAL;
   }
   uint32_t entries = round_up_pow2(req.cqe + 1);
+  size_t bytes = ring_bytes(entries, sizeof(mroce_cqe));
+  if ((err = check_ring_bytes(c, bytes, out))) return err;
   uint32_t cqn = 0;
-  int err = engine_->create_cq(c.id, entries, &cqn);
+  err = engine_->create_cq(c.id, entries, &cqn);
   if (err) return err;
   CqState cq;
   cq.owner = c.id;
   cq.user_handle = req.user_handle;
-  err = cq.shm.create("metaroce-cq", ring_bytes(entries, sizeof(mroce_cqe)));
+  err = cq.shm.create("metaroce-cq", bytes);
   if (err) {
     engine_->destroy_cq(c.id, cqn);
     out->reason = "cannot create CQ ring memory";
     return err;
   }
   cq.ring = RingView(cq.shm.base(), entries, sizeof(mroce_cqe));
-  if (req.has_channel) {
-    cq.channel_fd = dup(r.fds[0]);
-    fcntl(cq.channel_fd, F_SETFL, fcntl(cq.channel_fd, F_GETFL) | O_NONBLOCK);
-  }
+  if (req.has_channel) cq.channel_fd = fcntl(r.fds[0], F_DUPFD_CLOEXEC, 0);
   mroce_create_cq_resp resp{cqn, entries, cq.shm.size()};
   out->fds = {dup(cq.shm.fd())};
   cqs_.emplace(cqn, std::move(cq));
   c.cqs.insert(cqn);
+  c.ring_bytes += bytes;
+  usage(c).cqs++;
+  usage(c).ring_bytes += bytes;
   encode(resp, &out->body);
   return 0;
 }
 
 int Device::op_destroy_cq(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = engine_->destroy_cq(c.id, req.handle);
+  int err = not_ours(engine_->destroy_cq(c.id, req.handle), "CQ", req.handle, out);
   if (err == EBUSY) out->reason = "CQ still used by a QP";
   if (err) return err;
   auto it = cqs_.find(req.handle);
   if (it != cqs_.end()) {
     if (it->second.channel_fd >= 0) close(it->second.channel_fd);
+    forget_ring_bytes(c, it->second.shm.size());
     cqs_.erase(it);
   }
-  c.cqs.erase(req.handle);
+  if (c.cqs.erase(req.handle)) usage(c).cqs--;
   return 0;
 }
 
 int Device::op_create_qp(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_create_qp_req, req);
-  if (c.qps.size() >= config_.limits.max_qp) {
-    out->reason = "per-client QP limit reached (" + std::to_string(config_.limits.max_qp) + ")";
-    return ENOMEM;
-  }
+  int err = check_limits(c, "QP", c.qps.size(), config_.limits.max_qp, &UserUsage::qps,
+                         &UserLimits::max_qp, out);
+  if (err) return err;
   if (req.qp_type != 2 /* IBV_QPT_RC */) {
     out->reason = "only RC QPs are supported";
     return EOPNOTSUPP;
@@ -401,7 +502,7 @@ int Device::op_create_qp(Client& c, const Request& r, Reply* out) {
   init.sq_sig_all = req.sq_sig_all != 0;
   uint32_t qpn = 0;
   fw::QpCap cap;
-  int err = engine_->create_qp(c.id, init, &qpn, &cap);
+  err = engine_->create_qp(c.id, init, &qpn, &cap);
   if (err) {
     if (err == EINVAL) out->reason = "QP capabilities exceed the device's, or bad PD/CQ";
     return err;
@@ -410,6 +511,10 @@ int Device::op_create_qp(Client& c, const Request& r, Reply* out) {
   uint32_t rq_entries = round_up_pow2(std::max(cap.max_recv_wr, 1u));
   size_t sq_bytes = ring_bytes(sq_entries, sizeof(mroce_send_wqe));
   size_t rq_bytes = ring_bytes(rq_entries, sizeof(mroce_recv_wqe));
+  if ((err = check_ring_bytes(c, sq_bytes + rq_bytes, out))) {
+    engine_->destroy_qp(c.id, qpn);
+    return err;
+  }
   QpState qp;
   qp.owner = c.id;
   qp.user_handle = req.user_handle;
@@ -432,6 +537,9 @@ int Device::op_create_qp(Client& c, const Request& r, Reply* out) {
   out->fds = {dup(qp.shm.fd())};
   qps_.emplace(qpn, std::move(qp));
   c.qps.insert(qpn);
+  c.ring_bytes += sq_bytes + rq_bytes;
+  usage(c).qps++;
+  usage(c).ring_bytes += sq_bytes + rq_bytes;
   encode(resp, &out->body);
   return 0;
 }
@@ -461,7 +569,7 @@ int Device::op_query_qp(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
   fw::QpAttr attr;
   fw::QpInitAttr init;
-  int err = engine_->query_qp(c.id, req.handle, &attr, &init);
+  int err = not_ours(engine_->query_qp(c.id, req.handle, &attr, &init), "QP", req.handle, out);
   if (err) return err;
   mroce_query_qp_resp resp{};
   resp.attr = to_abi(attr);
@@ -472,10 +580,14 @@ int Device::op_query_qp(Client& c, const Request& r, Reply* out) {
 
 int Device::op_destroy_qp(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = engine_->destroy_qp(c.id, req.handle);
+  int err = not_ours(engine_->destroy_qp(c.id, req.handle), "QP", req.handle, out);
   if (err) return err;
-  qps_.erase(req.handle);
-  c.qps.erase(req.handle);
+  auto it = qps_.find(req.handle);
+  if (it != qps_.end()) {
+    forget_ring_bytes(c, it->second.shm.size());
+    qps_.erase(it);
+  }
+  if (c.qps.erase(req.handle)) usage(c).qps--;
   return 0;
 }
 
@@ -490,22 +602,9 @@ int Device::op_query_counters(Client& c, const Request& r, Reply* out) {
       m.value = v;
       list.push_back(m);
     };
-    const DaemonCounters& d = counters_;
-    add("ctrl_requests", d.ctrl_requests);
-    add("ctrl_errors", d.ctrl_errors);
-    add("ctrl_malformed", d.ctrl_malformed);
-    add("clients_opened", d.clients_opened);
-    add("clients_closed", d.clients_closed);
-    add("tx_drop_no_neighbor", d.tx_drop_no_neighbor);
-    add("tx_drop_ring_full", d.tx_drop_ring_full);
-    add("tx_drop_too_big", d.tx_drop_too_big);
-    add("wqe_rejected", d.wqe_rejected);
-    add("reg_mr_refused", d.reg_mr_refused);
-    add("cq_events", d.cq_events);
-    add("cq_event_write_failed", d.cq_event_write_failed);
-    add("async_events", d.async_events);
-    add("async_event_write_failed", d.async_event_write_failed);
-    add("doorbell_wakeups", d.doorbell_wakeups);
+#define MROCE_X(name) add(#name, counters_.name);
+    MROCE_DAEMON_COUNTERS(MROCE_X)
+#undef MROCE_X
     const DmaStats& s = dma_.stats();
     add("dma_read_calls", s.read_calls);
     add("dma_read_bytes", s.read_bytes);
@@ -544,9 +643,9 @@ int Device::op_query_counters(Client& c, const Request& r, Reply* out) {
         list.push_back(m);
       };
       add("sq_posted", it->second.sq.load_producer());
-      add("sq_consumed", it->second.sq.hdr()->consumer);
+      add("sq_consumed", it->second.sq_cons);
       add("rq_posted", it->second.rq.load_producer());
-      add("rq_consumed", it->second.rq.hdr()->consumer);
+      add("rq_consumed", it->second.rq_cons);
       auto cq = cqs_.find(it->second.send_cqn);
       if (cq != cqs_.end()) {
         add("send_cq_produced", cq->second.producer);
@@ -625,45 +724,66 @@ int Device::poll_rings() {
   return work;
 }
 
-int Device::drain_sq(uint32_t qpn, QpState& qp) {
-  uint32_t cons = qp.sq.hdr()->consumer;  // we are the only writer
-  uint32_t prod = qp.sq.load_producer();
-  if (cons == prod) return 0;
-  if (prod - cons > qp.sq.entries()) {
-    counters_.wqe_rejected++;  // corrupted producer index: refuse the ring's content
+// A producer index more than a ring ahead of our consumer is garbage: the
+// QP is fatal (as a NIC does on a corrupted queue), its rings are no longer
+// read, and the loop can sleep again (a scribbled index must not keep the
+// NIC spinning).
+bool Device::ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t prod,
+                           uint32_t entries) {
+  if (prod - cons <= entries) return true;
+  counters_.ring_bad_producer++;
+  qp.ring_broken = true;
+  fw::QpAttr err_state;
+  err_state.qp_state = fw::QpState::kErr;
+  engine_->modify_qp(qp.owner, qpn, err_state, fw::kAttrState);
+  async_event(fw::EventType::kQpFatal, qpn);
+  return false;
+}
+
+// Converts a WQE already copied out of the ring; 0 or EINVAL (counted).
+int Device::to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr) {
+  wr->wr_id = w.wr_id;
+  wr->opcode = static_cast<fw::WrOpcode>(w.opcode);  // range-checked by the engine
+  wr->send_flags = w.send_flags;
+  wr->imm = w.imm;
+  wr->remote_addr = w.remote_addr;
+  wr->rkey = w.rkey;
+  wr->compare_add = w.compare_add;
+  wr->swap = w.swap;
+  wr->inline_data.clear();
+  wr->num_sge = 0;
+  if (w.send_flags & fw::kSendInline) {
+    if (w.inline_len > MROCE_MAX_INLINE) {
+      counters_.wqe_bad_inline_len++;
+      return EINVAL;
+    }
+    wr->inline_data.assign(w.u.inline_data, w.u.inline_data + w.inline_len);
     return 0;
   }
+  if (w.num_sge > MROCE_MAX_SGE) {
+    counters_.wqe_bad_sge_count++;
+    return EINVAL;
+  }
+  wr->num_sge = w.num_sge;
+  for (uint32_t i = 0; i < w.num_sge; i++) {
+    wr->sg[i] = {w.u.sg[i].addr, w.u.sg[i].length, w.u.sg[i].lkey};
+  }
+  return 0;
+}
+
+int Device::drain_sq(uint32_t qpn, QpState& qp) {
+  if (qp.ring_broken) return 0;
+  uint32_t cons = qp.sq_cons;
+  uint32_t prod = qp.sq.load_producer();  // read once: the client may change it meanwhile
+  if (cons == prod) return 0;
+  if (!ring_index_ok(qpn, qp, cons, prod, qp.sq.entries())) return 0;
   dma_.invalidate(qp.owner);
   int n = 0;
   fw::SendWr wr;
   for (; cons != prod; cons++, n++) {
     mroce_send_wqe w;
     std::memcpy(&w, qp.sq.slot(cons), sizeof(w));  // the client may scribble: copy first
-    wr.wr_id = w.wr_id;
-    wr.opcode = static_cast<fw::WrOpcode>(w.opcode);
-    wr.send_flags = w.send_flags;
-    wr.imm = w.imm;
-    wr.remote_addr = w.remote_addr;
-    wr.rkey = w.rkey;
-    wr.compare_add = w.compare_add;
-    wr.swap = w.swap;
-    wr.inline_data.clear();
-    int err = 0;
-    if (w.send_flags & fw::kSendInline) {
-      if (w.inline_len > MROCE_MAX_INLINE) {
-        err = EINVAL;
-      } else {
-        wr.num_sge = 0;
-        wr.inline_data.assign(w.u.inline_data, w.u.inline_data + w.inline_len);
-      }
-    } else if (w.num_sge > MROCE_MAX_SGE) {
-      err = EINVAL;
-    } else {
-      wr.num_sge = w.num_sge;
-      for (uint32_t i = 0; i < w.num_sge; i++) {
-        wr.sg[i] = {w.u.sg[i].addr, w.u.sg[i].length, w.u.sg[i].lkey};
-      }
-    }
+    int err = to_send_wr(w, &wr);
     if (!err) err = engine_->post_send(qp.owner, qpn, wr);
     if (err == ENOMEM) break;  // engine queue full: leave it in the ring, retry later
     if (err) {
@@ -675,34 +795,45 @@ int Device::drain_sq(uint32_t qpn, QpState& qp) {
       complete(qp.send_cqn, wc);
     }
   }
+  qp.sq_cons = cons;
   qp.sq.store_consumer(cons);
   return n;
 }
 
 int Device::drain_rq(uint32_t qpn, QpState& qp) {
-  uint32_t cons = qp.rq.hdr()->consumer;
+  if (qp.ring_broken) return 0;
+  uint32_t cons = qp.rq_cons;
   uint32_t prod = qp.rq.load_producer();
   if (cons == prod) return 0;
-  if (prod - cons > qp.rq.entries()) {
-    counters_.wqe_rejected++;
-    return 0;
-  }
+  if (!ring_index_ok(qpn, qp, cons, prod, qp.rq.entries())) return 0;
   int n = 0;
   fw::RecvWr wr;
   for (; cons != prod; cons++, n++) {
     mroce_recv_wqe w;
     std::memcpy(&w, qp.rq.slot(cons), sizeof(w));
-    wr.wr_id = w.wr_id;
-    wr.num_sge = std::min<uint32_t>(w.num_sge, MROCE_MAX_SGE);
-    for (uint32_t i = 0; i < wr.num_sge; i++) {
-      wr.sg[i] = {w.sg[i].addr, w.sg[i].length, w.sg[i].lkey};
+    int err = 0;
+    if (w.num_sge > MROCE_MAX_SGE) {
+      counters_.wqe_bad_sge_count++;
+      err = EINVAL;
+    } else {
+      wr.wr_id = w.wr_id;
+      wr.num_sge = w.num_sge;
+      for (uint32_t i = 0; i < wr.num_sge; i++) {
+        wr.sg[i] = {w.sg[i].addr, w.sg[i].length, w.sg[i].lkey};
+      }
+      err = engine_->post_recv(qp.owner, qpn, wr);
     }
-    int err = w.num_sge > MROCE_MAX_SGE ? EINVAL : engine_->post_recv(qp.owner, qpn, wr);
     if (err == ENOMEM) break;
     if (err) counters_.wqe_rejected++;
   }
+  qp.rq_cons = cons;
   qp.rq.store_consumer(cons);
   return n;
+}
+
+bool Device::qp_has_work(const QpState& qp) const {
+  return !qp.ring_broken &&
+         (qp.sq.load_producer() != qp.sq_cons || qp.rq.load_producer() != qp.rq_cons);
 }
 
 bool Device::prepare_sleep() {
@@ -711,8 +842,7 @@ bool Device::prepare_sleep() {
     RingView::ref(qp.rq.hdr()->nic_sleeping).store(1, std::memory_order_seq_cst);
   }
   for (auto& [qpn, qp] : qps_) {
-    if (qp.sq.load_producer() != qp.sq.hdr()->consumer ||
-        qp.rq.load_producer() != qp.rq.hdr()->consumer) {
+    if (qp_has_work(qp)) {
       end_sleep();
       return false;
     }
@@ -814,7 +944,7 @@ void Device::flush_completions() {
     if (cq.channel_fd >= 0 && RingView::ref(armed).load(std::memory_order_seq_cst) != 0 &&
         RingView::ref(armed).exchange(0, std::memory_order_seq_cst) != 0) {
       uint64_t handle = cq.user_handle;
-      if (::write(cq.channel_fd, &handle, sizeof(handle)) == sizeof(handle)) {
+      if (send_record(cq.channel_fd, &handle, sizeof(handle))) {
         counters_.cq_events++;
       } else {
         counters_.cq_event_write_failed++;
@@ -827,7 +957,7 @@ void Device::flush_completions() {
 void Device::send_async(Client& c, uint64_t element, fw::EventType type) {
   if (c.async_fd < 0) return;
   mroce_async_event ev{element, static_cast<uint32_t>(type), 0};
-  if (::write(c.async_fd, &ev, sizeof(ev)) == sizeof(ev)) {
+  if (send_record(c.async_fd, &ev, sizeof(ev))) {
     counters_.async_events++;
   } else {
     counters_.async_event_write_failed++;

@@ -42,25 +42,56 @@ struct ClientLimits {
   uint32_t max_pd = 1024, max_mr = 16384, max_cq = 1024, max_qp = 1024;
 };
 
+// Limits per user (uid), summed over all of that user's connections: the
+// engine's tables are device-wide, so per-connection limits alone let one
+// user with a few connections take every QP (docs/daemon.md §Limits).
+struct UserLimits {
+  uint32_t max_pd = 2048, max_mr = 32768, max_cq = 2048, max_qp = 2048;
+  uint32_t max_connections = 256;
+  uint64_t max_ring_bytes = uint64_t{1} << 30;  // CQ and QP ring memory
+};
+
 struct DeviceConfig {
   std::string ibdev = "metaroce0";
   uint64_t node_guid = 0;
   fw::EngineConfig engine;
   ClientLimits limits;
+  UserLimits user_limits;
   uint32_t ifindex = 0;
   uint32_t gid_tbl_len = 16;  // gids/I files the sysfs tree publishes
   uint64_t link_bps = 25'000'000'000;
 };
 
+// Daemon counters, one per reason, from one table: the struct, the
+// QUERY_COUNTERS names and the SIGUSR1 dump cannot disagree.
+#define MROCE_DAEMON_COUNTERS(X)                                                      \
+  X(ctrl_requests)                                                                    \
+  X(ctrl_errors)                                                                      \
+  X(ctrl_malformed)                                                                   \
+  X(clients_opened)                                                                   \
+  X(clients_closed)                                                                   \
+  X(clients_refused_user_limit)  /* connections over --uid-max-connections */         \
+  X(limit_refused_client)        /* objects refused by a per-connection limit */      \
+  X(limit_refused_user)          /* objects refused by a per-uid limit */             \
+  X(channel_fd_refused)          /* CREATE_CQ channel fds of a kind that can block */ \
+  X(tx_drop_no_neighbor)                                                              \
+  X(tx_drop_ring_full)                                                                \
+  X(tx_drop_too_big)                                                                  \
+  X(reg_mr_refused)              /* range not mapped with that access, or unsafe */   \
+  X(ring_bad_producer)           /* SQ/RQ producer index beyond the ring: QP fatal */ \
+  X(wqe_bad_sge_count)           /* num_sge above MROCE_MAX_SGE */                    \
+  X(wqe_bad_inline_len)          /* inline_len above MROCE_MAX_INLINE */              \
+  X(wqe_rejected)                /* ring entries the engine refused (error CQE) */    \
+  X(cq_events)                                                                        \
+  X(cq_event_write_failed)       /* channel full or closed: never waited for */       \
+  X(async_events)                                                                     \
+  X(async_event_write_failed)                                                         \
+  X(doorbell_wakeups)
+
 struct DaemonCounters {
-  uint64_t ctrl_requests = 0, ctrl_errors = 0, ctrl_malformed = 0;
-  uint64_t clients_opened = 0, clients_closed = 0;
-  uint64_t tx_drop_no_neighbor = 0, tx_drop_ring_full = 0, tx_drop_too_big = 0;
-  uint64_t reg_mr_refused = 0;  // range not mapped with that access, or unsafe memory
-  uint64_t wqe_rejected = 0;     // ring entries the engine refused (error CQE written)
-  uint64_t cq_events = 0, cq_event_write_failed = 0;
-  uint64_t async_events = 0, async_event_write_failed = 0;
-  uint64_t doorbell_wakeups = 0;
+#define MROCE_X(name) uint64_t name = 0;
+  MROCE_DAEMON_COUNTERS(MROCE_X)
+#undef MROCE_X
 };
 
 class Device : fw::ClockInterface,
@@ -79,11 +110,15 @@ class Device : fw::ClockInterface,
     uid_t uid = 0;
     int async_fd = -1;  // our end of the async event socketpair
     std::set<uint32_t> pds, mrs, cqs, qps;
+    uint64_t ring_bytes = 0;  // memory of its CQ and QP rings
   };
   // memory: bound to the connecting process (ClientMemory::bind_peer).
-  Client* open_client(std::unique_ptr<ClientMemory> memory, uid_t uid, int async_fd);
+  // Both return nullptr with *why set when the uid is at its connection limit
+  // (or, by pid, the process cannot be bound).
+  Client* open_client(std::unique_ptr<ClientMemory> memory, uid_t uid, int async_fd,
+                      std::string* why = nullptr);
   // The process pid as it is now (in-process clients: the daemon's tests).
-  Client* open_client(pid_t pid, uid_t uid, int async_fd);
+  Client* open_client(pid_t pid, uid_t uid, int async_fd, std::string* why = nullptr);
   void close_client(fw::OwnerId id);  // tears down everything it owned
 
   struct Request {
@@ -140,6 +175,15 @@ class Device : fw::ClockInterface,
     uint32_t send_cqn = 0;
     ShmRegion shm;
     RingView sq, rq;
+    // Our consumer indices. The shared header's copies are only published:
+    // the client can write them too, so they are never read back.
+    uint32_t sq_cons = 0, rq_cons = 0;
+    bool ring_broken = false;  // a corrupted index: QP fatal, rings no longer read
+  };
+  // What one uid holds over all its connections (checked against UserLimits).
+  struct UserUsage {
+    uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, connections = 0;
+    uint64_t ring_bytes = 0;
   };
 
   // HAL
@@ -154,6 +198,18 @@ class Device : fw::ClockInterface,
   int poll_rings();
   int drain_sq(uint32_t qpn, QpState& qp);
   int drain_rq(uint32_t qpn, QpState& qp);
+  bool ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t prod, uint32_t entries);
+  int to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr);
+  bool qp_has_work(const QpState& qp) const;
+  int check_channel_fd(int fd, std::string* why);
+  bool send_record(int fd, const void* rec, size_t len);
+  // 0, or ENOMEM with the reason naming the limit and the option to raise.
+  int check_limits(const Client& c, const char* what, size_t have, uint32_t client_max,
+                   uint32_t UserUsage::*used, uint32_t UserLimits::*user_max, Reply* out);
+  int check_ring_bytes(const Client& c, uint64_t bytes, Reply* out);
+  int not_ours(int err, const char* what, uint32_t handle, Reply* out);
+  void forget_ring_bytes(Client& c, uint64_t bytes);
+  UserUsage& usage(const Client& c) { return users_[c.uid]; }
   void flush_completions();
   void send_async(Client& c, uint64_t element, fw::EventType type);
 
@@ -187,6 +243,7 @@ class Device : fw::ClockInterface,
   fw::OwnerId next_client_ = 1;
   std::map<uint32_t, CqState> cqs_;
   std::map<uint32_t, QpState> qps_;
+  std::map<uid_t, UserUsage> users_;
   DaemonCounters counters_;
   std::vector<io::RxFrame> rx_batch_;
   std::vector<uint32_t> dirty_cqs_;

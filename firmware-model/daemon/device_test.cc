@@ -3,11 +3,17 @@
 // device, as a real NIC supports). The client is this test process.
 #include "firmware-model/daemon/device.h"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <random>
 #include <doctest/doctest.h>
 #include <numeric>
 #include <vector>
@@ -54,25 +60,35 @@ struct Fixture {
     c.limits.max_pd = 2;
     return c;
   }
-  Fixture() {
-    client = device.open_client(getpid(), getuid(), -1);
+  explicit Fixture(const DeviceConfig& cfg = config()) : device(cfg, nullptr, nullptr, doorbell) {
+    client = open(getuid());
+  }
+  // A further connection of `uid`, its context open.
+  Device::Client* open(uid_t uid) {
+    Device::Client* c = device.open_client(getpid(), uid, -1);
+    REQUIRE(c != nullptr);
     mroce_open_context_req req{MROCE_ABI_VERSION, 0};
-    Device::Reply r = call(MROCE_OP_OPEN_CONTEXT, bytes_of(req));
+    Device::Reply r = call_as(*c, MROCE_OP_OPEN_CONTEXT, bytes_of(req));
     REQUIRE(r.err == 0);
     for (int fd : r.fds) close(fd);
+    return c;
+  }
+  Device::Reply call_as(Device::Client& c, uint16_t op, std::span<const uint8_t> body,
+                        std::vector<int> fds = {}) {
+    Device::Request req;
+    req.op = op;
+    req.body = body;
+    req.fds = std::move(fds);
+    Device::Reply r;
+    device.handle(c, req, &r);
+    return r;
   }
   ~Fixture() {
     for (auto [m, len] : maps) munmap(m, len);
     close(doorbell);
   }
   Device::Reply call(uint16_t op, std::span<const uint8_t> body, std::vector<int> fds = {}) {
-    Device::Request req;
-    req.op = op;
-    req.body = body;
-    req.fds = std::move(fds);
-    Device::Reply r;
-    device.handle(*client, req, &r);
-    return r;
+    return call_as(*client, op, body, std::move(fds));
   }
   uint8_t* map(const Device::Reply& r, size_t bytes) {
     REQUIRE(r.fds.size() == 1);
@@ -82,8 +98,18 @@ struct Fixture {
     maps.push_back({p, bytes});
     return static_cast<uint8_t*>(p);
   }
-  void run(int passes = 200) {
-    for (int i = 0; i < passes; i++) device.poll_once();
+  // Runs the loop until done() or a generous wall-clock deadline: the
+  // engine paces, acknowledges and retransmits by the real clock, so a
+  // fixed number of passes is not a fixed amount of progress (it failed on
+  // a loaded CI machine with a fixed 2,000). Returns done().
+  template <class Pred>
+  bool run_until(Pred done, std::chrono::seconds limit = std::chrono::seconds(60)) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return done();
+      device.poll_once();
+    }
+    return true;
   }
 };
 
@@ -108,19 +134,24 @@ TEST_CASE("control__malformed_bodies_unknown_ops_and_limits_answer_with_errno") 
   CHECK(r.reason.find("malformed") != std::string::npos);
   r = f.call(999, {});
   CHECK(r.err == EOPNOTSUPP);
+  CHECK(r.reason == "unknown control operation 999");
   CHECK(f.device.counters().ctrl_malformed == 2);
   // Per-client PD limit (2 in this fixture).
   CHECK(f.call(MROCE_OP_ALLOC_PD, {}).err == 0);
   CHECK(f.call(MROCE_OP_ALLOC_PD, {}).err == 0);
   r = f.call(MROCE_OP_ALLOC_PD, {});
   CHECK(r.err == ENOMEM);
-  CHECK(r.reason.find("limit") != std::string::npos);
+  CHECK(r.reason == "per-client PD limit reached (2)");
   // A second OPEN_CONTEXT on one connection.
   mroce_open_context_req o{MROCE_ABI_VERSION, 0};
-  CHECK(f.call(MROCE_OP_OPEN_CONTEXT, bytes_of(o)).err == EBUSY);
+  r = f.call(MROCE_OP_OPEN_CONTEXT, bytes_of(o));
+  CHECK(r.err == EBUSY);
+  CHECK(r.reason == "context already open on this connection");
   // Wrong client ABI.
   o.client_abi = 77;
-  CHECK(f.call(MROCE_OP_OPEN_CONTEXT, bytes_of(o)).err == EPROTO);
+  r = f.call(MROCE_OP_OPEN_CONTEXT, bytes_of(o));
+  CHECK(r.err == EPROTO);
+  CHECK(r.reason.find("client device-ABI 77") == 0);
 }
 
 TEST_CASE("control__query_port_reports_active_mtu_from_link_and_published_gid_count") {
@@ -242,7 +273,7 @@ TEST_CASE("loopback__write_and_send_through_rings_land_in_memory_with_completion
   w->num_sge = 1;
   w->u.sg[0] = {reinterpret_cast<uint64_t>(src.data()), 4000, mr_src.lkey};
   a.sq.store_producer(2);
-  f.run(2000);
+  REQUIRE(f.run_until([&] { return cq.ring.load_producer() >= 3; }));
 
   CHECK(std::memcmp(dst.data(), src.data(), dst.size()) == 0);
   CHECK(std::memcmp(rbuf.data(), src.data(), 4000) == 0);
@@ -280,22 +311,319 @@ TEST_CASE("loopback__wrong_rkey_completes_with_remote_access_error") {
   w->rkey = mr.rkey ^ 0x55;
   w->u.sg[0] = {reinterpret_cast<uint64_t>(buf.data()), 64, mr.lkey};
   a.sq.store_producer(1);
-  f.run(500);
-  REQUIRE(cq.ring.load_producer() >= 1);
+  REQUIRE(f.run_until([&] { return cq.ring.load_producer() >= 1; }));
   auto* e = static_cast<mroce_cqe*>(cq.ring.slot(0));
   CHECK(e->wr_id == 9);
   CHECK(e->status == 10);  // IBV_WC_REM_ACCESS_ERR
 }
 
-TEST_CASE("rings__scribbled_producer_index_is_refused_not_trusted") {
+TEST_CASE("rings__scribbled_producer_index_makes_the_qp_fatal_and_lets_the_nic_sleep") {
   Fixture f;
   uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
   Cq cq = make_cq(f);
   Qp a = make_qp(f, pdn, cq);
   a.sq.store_producer(0x7fffffff);  // far beyond the ring: garbage
-  f.run(10);
-  CHECK(f.device.counters().wqe_rejected >= 1);
+  REQUIRE(f.run_until([&] { return f.device.counters().ring_bad_producer >= 1; }));
+  // Absence cannot be waited for: a further 100 passes must add nothing.
+  for (int i = 0; i < 100; i++) f.device.poll_once();
+  CHECK(f.device.counters().ring_bad_producer == 1);  // counted once, not per pass
   CHECK(cq.ring.load_producer() == 0);
+  // The broken ring no longer counts as work: the NIC may sleep (it spun
+  // forever on one scribbled index before).
+  CHECK(f.device.prepare_sleep());
+  f.device.end_sleep();
+  mroce_handle_req q{a.qpn, 0};
+  auto st = reply_as<mroce_query_qp_resp>(f.call(MROCE_OP_QUERY_QP, bytes_of(q)));
+  CHECK(st.attr.qp_state == 6);  // IBV_QPS_ERR
+}
+
+// A connected loopback pair A<->B on one PD and CQ, with one MR.
+struct Pair {
+  uint32_t pdn = 0;
+  Cq cq;
+  Qp a, b;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(8192, 0);
+  mroce_reg_mr_resp mr{};
+  uint32_t posted = 0;
+  explicit Pair(Fixture& f) {
+    pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+    mroce_reg_mr_req req{reinterpret_cast<uint64_t>(buf.data()), buf.size(), pdn, 1 | 2 | 4 | 8};
+    mr = reply_as<mroce_reg_mr_resp>(f.call(MROCE_OP_REG_MR, bytes_of(req)));
+    cq = make_cq(f);
+    a = make_qp(f, pdn, cq);
+    b = make_qp(f, pdn, cq);
+    connect(f, a, b.qpn);
+    connect(f, b, a.qpn);
+  }
+  // A signaled 64-byte inline WRITE from A into buf[4096..] carrying `tag`.
+  void post_write(uint8_t tag) {
+    auto* w = static_cast<mroce_send_wqe*>(a.sq.slot(posted));
+    *w = {};
+    w->wr_id = 1000 + posted;
+    w->opcode = 0;
+    w->send_flags = 2 | 8;  // SIGNALED | INLINE
+    w->inline_len = 64;
+    std::memset(w->u.inline_data, tag, 64);
+    w->remote_addr = reinterpret_cast<uint64_t>(buf.data()) + 4096;
+    w->rkey = mr.rkey;
+    a.sq.store_producer(++posted);
+  }
+};
+
+TEST_CASE("rings__memfds_are_sealed_so_a_client_cannot_resize_them") {
+  Fixture f;
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  mroce_create_cq_req creq{0x1234, 64, 0};
+  Device::Reply cr = f.call(MROCE_OP_CREATE_CQ, bytes_of(creq));
+  REQUIRE(cr.err == 0);
+  mroce_create_qp_req qreq{};
+  qreq.pdn = pdn;
+  qreq.send_cqn = qreq.recv_cqn = reply_as<mroce_create_cq_resp>(cr).cqn;
+  qreq.cap = {64, 64, 4, 4, 64};
+  qreq.qp_type = 2;
+  Device::Reply qr = f.call(MROCE_OP_CREATE_QP, bytes_of(qreq));
+  REQUIRE(qr.err == 0);
+  for (int fd : {cr.fds.at(0), qr.fds.at(0)}) {
+    struct stat st{};
+    REQUIRE(fstat(fd, &st) == 0);
+    errno = 0;
+    CHECK(ftruncate(fd, 0) == -1);  // shrinking would SIGBUS the daemon
+    CHECK(errno == EPERM);
+    errno = 0;
+    CHECK(ftruncate(fd, st.st_size * 2) == -1);
+    CHECK(errno == EPERM);
+    errno = 0;
+    CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE) == -1);  // the seals are sealed
+    CHECK(errno == EPERM);
+    close(fd);
+  }
+}
+
+TEST_CASE("rings__garbage_wqes_are_counted_by_reason_and_other_qps_keep_working") {
+  Fixture f;
+  Pair victim(f);
+  Pair bad(f);
+  std::mt19937 rng(12345);
+  // Random bytes in every slot, then entries with out-of-range counts.
+  for (uint32_t i = 0; i < bad.a.sq.entries(); i++) {
+    auto* p = static_cast<uint8_t*>(bad.a.sq.slot(i));
+    for (size_t k = 0; k < sizeof(mroce_send_wqe); k++) p[k] = static_cast<uint8_t>(rng());
+  }
+  for (uint32_t i = 0; i < bad.b.rq.entries(); i++) {
+    auto* p = static_cast<uint8_t*>(bad.b.rq.slot(i));
+    for (size_t k = 0; k < sizeof(mroce_recv_wqe); k++) p[k] = static_cast<uint8_t>(rng());
+  }
+  auto* w = static_cast<mroce_send_wqe*>(bad.a.sq.slot(0));
+  w->send_flags = 0;
+  w->num_sge = 200;
+  w = static_cast<mroce_send_wqe*>(bad.a.sq.slot(1));
+  w->send_flags = 8;  // INLINE
+  w->inline_len = 0xffff;
+  static_cast<mroce_recv_wqe*>(bad.b.rq.slot(0))->num_sge = 0xffffffffu;
+  bad.a.sq.store_producer(bad.a.sq.entries());
+  bad.b.rq.store_producer(bad.b.rq.entries());
+  victim.post_write(0x5a);
+  REQUIRE(f.run_until([&] { return victim.cq.ring.load_producer() >= 1; }));
+  // Every garbage entry came back as a counted reject, and nothing spins.
+  REQUIRE(f.run_until([&] { return f.device.prepare_sleep(); }));
+  f.device.end_sleep();
+  const DaemonCounters& c = f.device.counters();
+  CHECK(c.wqe_bad_sge_count >= 2);
+  CHECK(c.wqe_bad_inline_len >= 1);
+  CHECK(c.wqe_rejected >= 1);
+  for (int i = 0; i < 64; i++) CHECK(victim.buf[4096 + i] == 0x5a);
+  // The victim's later traffic is unaffected.
+  victim.post_write(0x6b);
+  REQUIRE(f.run_until([&] {
+    for (uint32_t i = 0; i < victim.cq.ring.load_producer(); i++) {
+      auto* e = static_cast<mroce_cqe*>(victim.cq.ring.slot(i));
+      if (e->wr_id == 1001 && e->qp_num == victim.a.qpn) return true;
+    }
+    return false;
+  }));
+  for (int i = 0; i < 64; i++) CHECK(victim.buf[4096 + i] == 0x6b);
+}
+
+TEST_CASE("rings__a_consumer_index_written_by_the_client_is_never_read_back") {
+  Fixture f;
+  Pair p(f);
+  p.post_write(1);
+  REQUIRE(f.run_until([&] { return p.cq.ring.load_producer() >= 1; }));
+  // Rewinding the NIC's consumer index must not replay the old WQE.
+  p.a.sq.store_consumer(0);
+  for (int i = 0; i < 200; i++) f.device.poll_once();  // absence: a fixed look, not a wait
+  CHECK(p.cq.ring.load_producer() == 1);
+}
+
+TEST_CASE("channel__fds_that_could_block_the_daemon_are_refused_with_a_reason") {
+  Fixture f;
+  auto create = [&](int fd) {
+    mroce_create_cq_req req{0x77, 16, 1};
+    return f.call(MROCE_OP_CREATE_CQ, bytes_of(req), {fd});
+  };
+  std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  std::string fifo = dir + "/channel-fifo-" + std::to_string(getpid());
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  int fifo_fd = open(fifo.c_str(), O_RDWR);
+  std::string file = dir + "/channel-file-" + std::to_string(getpid());
+  int file_fd = open(file.c_str(), O_CREAT | O_RDWR, 0600);
+  int p[2];
+  REQUIRE(pipe(p) == 0);
+  int st[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, st) == 0);
+  struct Case {
+    int fd;
+    const char* reason;
+  } cases[] = {{fifo_fd, "pipe/FIFO"}, {p[1], "pipe/FIFO"}, {file_fd, "regular file"},
+               {st[0], "SOCK_DGRAM or SOCK_SEQPACKET"}};
+  for (const Case& c : cases) {
+    Device::Reply r = create(c.fd);
+    CHECK(r.err == EINVAL);
+    CHECK_MESSAGE(r.reason.find(c.reason) != std::string::npos, r.reason);
+  }
+  CHECK(f.device.counters().channel_fd_refused == 4);
+  for (int fd : {fifo_fd, file_fd, p[0], p[1], st[0], st[1]}) close(fd);
+  unlink(fifo.c_str());
+  unlink(file.c_str());
+}
+
+TEST_CASE("channel__a_blocking_socket_nobody_reads_never_blocks_the_daemon") {
+  Fixture f;
+  Pair p(f);
+  int sv[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv) == 0);
+  int one = 1;
+  setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &one, sizeof(one));  // fills after a few records
+  mroce_create_cq_req req{0x77, 64, 1};
+  Device::Reply r = f.call(MROCE_OP_CREATE_CQ, bytes_of(req), {sv[0]});
+  REQUIRE_MESSAGE(r.err == 0, r.reason);
+  auto resp = reply_as<mroce_create_cq_resp>(r);
+  RingView ring = RingView::attach(f.map(r, resp.ring_bytes));
+  // The hostile client makes the shared file blocking again after CREATE_CQ.
+  fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) & ~O_NONBLOCK);
+  // A QP on the channel's CQ: each completion, with the CQ armed, is one
+  // record to a socket whose peer never reads.
+  Qp q = make_qp(f, p.pdn, Cq{resp.cqn, ring});
+  connect(f, q, p.b.qpn);
+  for (uint32_t i = 0; i < 40; i++) {
+    RingView::ref(ring.hdr()->armed).store(1);
+    auto* w = static_cast<mroce_send_wqe*>(q.sq.slot(i));
+    *w = {};
+    w->wr_id = i;
+    w->send_flags = 2 | 8;
+    w->inline_len = 8;
+    w->remote_addr = reinterpret_cast<uint64_t>(p.buf.data());
+    w->rkey = p.mr.rkey;
+    q.sq.store_producer(i + 1);
+    REQUIRE(f.run_until([&] { return ring.load_producer() >= i + 1; }));
+    ring.store_consumer(i + 1);
+  }
+  CHECK(f.device.counters().cq_events >= 1);
+  CHECK(f.device.counters().cq_event_write_failed >= 1);  // full: dropped, never waited for
+  close(sv[0]);
+  close(sv[1]);
+}
+
+TEST_CASE("control__another_contexts_objects_answer_as_missing_with_a_reason") {
+  Fixture f;
+  Pair p(f);
+  Device::Client* other = f.open(getuid() + 1);
+  auto as_other = [&](uint16_t op, uint32_t h) {
+    mroce_handle_req req{h, 0};
+    return f.call_as(*other, op, bytes_of(req));
+  };
+  struct Case {
+    uint16_t op;
+    uint32_t handle;
+    std::string what;
+  } cases[] = {{MROCE_OP_QUERY_QP, p.a.qpn, "QP"},     {MROCE_OP_DESTROY_QP, p.a.qpn, "QP"},
+               {MROCE_OP_DESTROY_CQ, p.cq.cqn, "CQ"},  {MROCE_OP_DEALLOC_PD, p.pdn, "PD"},
+               {MROCE_OP_DEREG_MR, p.mr.lkey, "MR with lkey"}};
+  for (const Case& c : cases) {
+    Device::Reply r = as_other(c.op, c.handle);
+    CHECK(r.err == ENOENT);  // not EPERM: existence is not revealed
+    CHECK(r.reason == "no " + c.what + " " + std::to_string(c.handle) + " in this context");
+    Device::Reply missing = as_other(c.op, 0x7ffffff0);
+    CHECK(missing.err == ENOENT);
+  }
+  mroce_modify_qp_req m{};
+  m.qpn = p.a.qpn;
+  m.attr.attr_mask = 1;
+  m.attr.qp_state = 6;
+  Device::Reply r = f.call_as(*other, MROCE_OP_MODIFY_QP, bytes_of(m));
+  CHECK(r.err == ENOENT);
+  CHECK(r.reason == "no such QP in this context");
+  // The owner's objects are untouched: its traffic still runs.
+  p.post_write(0x33);
+  REQUIRE(f.run_until([&] { return p.cq.ring.load_producer() >= 1; }));
+  CHECK(static_cast<mroce_cqe*>(p.cq.ring.slot(0))->status == 0);
+}
+
+TEST_CASE("limits__per_uid_limits_span_connections_and_spare_other_users") {
+  DeviceConfig cfg = Fixture::config();
+  cfg.limits.max_qp = 8;
+  cfg.user_limits.max_qp = 3;
+  cfg.user_limits.max_connections = 3;
+  Fixture f(cfg);
+  uid_t me = getuid(), other = getuid() + 4242;
+  Device::Client* second = f.open(me);
+  auto qp_on = [&](Device::Client* c) {
+    uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call_as(*c, MROCE_OP_ALLOC_PD, {})).pdn;
+    mroce_create_cq_req creq{1, 16, 0};
+    Device::Reply cr = f.call_as(*c, MROCE_OP_CREATE_CQ, bytes_of(creq));
+    REQUIRE(cr.err == 0);
+    for (int fd : cr.fds) close(fd);
+    mroce_create_qp_req q{};
+    q.pdn = pdn;
+    q.send_cqn = q.recv_cqn = reply_as<mroce_create_cq_resp>(cr).cqn;
+    q.cap = {16, 16, 1, 1, 0};
+    q.qp_type = 2;
+    return [&f, c, q] {
+      Device::Reply r = f.call_as(*c, MROCE_OP_CREATE_QP, bytes_of(q));
+      for (int fd : r.fds) close(fd);
+      return r;
+    };
+  };
+  auto create_first = qp_on(f.client);
+  auto create_second = qp_on(second);
+  CHECK(create_first().err == 0);
+  CHECK(create_first().err == 0);
+  CHECK(create_second().err == 0);
+  Device::Reply r = create_second();  // the 4th QP of this uid, the 2nd of its connection
+  CHECK(r.err == ENOMEM);
+  CHECK(r.reason == "per-user QP limit 3 reached for uid " + std::to_string(me) +
+                        "; raise --uid-max-qp");
+  CHECK(f.device.counters().limit_refused_user == 1);
+  // Another user is not affected.
+  Device::Client* stranger = f.open(other);
+  auto create_stranger = qp_on(stranger);
+  CHECK(create_stranger().err == 0);
+  // Closing a connection returns its share.
+  f.device.close_client(f.client->id);
+  f.client = f.open(me);
+  CHECK(create_second().err == 0);
+  // Connections per uid: this uid has 2 open, a 3rd is the limit.
+  f.open(me);
+  std::string why;
+  CHECK(f.device.open_client(getpid(), me, -1, &why) == nullptr);
+  CHECK(why == "per-user connection limit 3 reached for uid " + std::to_string(me) +
+                   "; raise --uid-max-connections");
+  CHECK(f.device.open_client(getpid(), other, -1, &why) != nullptr);
+}
+
+TEST_CASE("limits__per_uid_ring_memory") {
+  DeviceConfig cfg = Fixture::config();
+  cfg.user_limits.max_ring_bytes = 64 * 1024;
+  Fixture f(cfg);
+  mroce_create_cq_req req{1, 4000, 0};  // 4096 x 64-byte CQEs: 256 KiB of ring
+  Device::Reply r = f.call(MROCE_OP_CREATE_CQ, bytes_of(req));
+  CHECK(r.err == ENOMEM);
+  CHECK(r.reason.find("per-user ring memory limit 0 MiB reached for uid") == 0);
+  CHECK(r.reason.find("raise --uid-max-ring-mb") != std::string::npos);
+  req.cqe = 16;
+  r = f.call(MROCE_OP_CREATE_CQ, bytes_of(req));
+  CHECK(r.err == 0);
+  for (int fd : r.fds) close(fd);
 }
 
 TEST_CASE("client_close__tears_down_everything_it_owned") {
@@ -390,6 +718,15 @@ TEST_CASE("options__bad_command_lines_say_what_is_wrong") {
                         &help));
   CHECK(ok.uverbs_index == 3);
   CHECK(ok.io == io::Backend::kPacket);
+  CHECK_FALSE(parse_options({"--netdev", "eth0", "--uid-max-qp", "0"}, &o, &err, &help));
+  CHECK(err == "--uid-max-qp expects a number from 1 to 65536, got '0'");
+  REQUIRE(parse_options({"--netdev", "eth0", "--uid-max-qp", "7", "--uid-max-connections", "5",
+                         "--uid-max-ring-mb", "64"},
+                        &ok, &err, &help));
+  CHECK(ok.uid_max_qp == 7);
+  CHECK(ok.uid_max_connections == 5);
+  CHECK(ok.uid_max_ring_mb == 64);
+  CHECK(std::string(usage()).find("--uid-max-qp N") != std::string::npos);
 }
 
 }  // namespace

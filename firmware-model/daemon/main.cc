@@ -175,8 +175,6 @@ int run(const Options& o) {
     log_line("unknown congestion control '" + o.cc + "' (known: default)");
     return 2;
   }
-  // The DMA engine reads and writes client memory with process_vm_*; keep
-  // this process undumpable-safe but traceable-to by nobody else.
   int err = mkdirs(o.run_dir);
   if (err) {
     log_line("cannot create run directory " + o.run_dir + ": " + std::strerror(err));
@@ -224,6 +222,12 @@ int run(const Options& o) {
   cfg.engine.base_rtt = static_cast<fw::Time>(o.base_rtt_us) * 1000;
   cfg.engine.link_bps = static_cast<uint64_t>(o.link_gbps) * 1'000'000'000;
   cfg.limits.max_qp = o.max_qp_per_client;
+  cfg.user_limits.max_qp = o.uid_max_qp;
+  cfg.user_limits.max_cq = o.uid_max_cq;
+  cfg.user_limits.max_pd = o.uid_max_pd;
+  cfg.user_limits.max_mr = o.uid_max_mr;
+  cfg.user_limits.max_connections = o.uid_max_connections;
+  cfg.user_limits.max_ring_bytes = uint64_t{o.uid_max_ring_mb} << 20;
   cfg.ifindex = static_cast<uint32_t>(link.monitor().link().ifindex);
   cfg.gid_tbl_len = HostLink::kGidTableLen;
   Device device(cfg, pio.get(), &link, doorbell);

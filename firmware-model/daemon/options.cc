@@ -27,6 +27,12 @@ const char* usage() {
          "                          a soft NIC's host delay; the CC raises it to the measured minimum)\n"
          "  --link-gbps N           line rate congestion control assumes, 1..800 (default 25)\n"
          "  --max-qp-per-client N   per-process QP limit (default 1024)\n"
+         "  --uid-max-qp N          per-user QP limit over all its connections (default 2048)\n"
+         "  --uid-max-cq N          per-user CQ limit (default 2048)\n"
+         "  --uid-max-pd N          per-user PD limit (default 2048)\n"
+         "  --uid-max-mr N          per-user MR limit (default 32768)\n"
+         "  --uid-max-connections N per-user limit of open control connections (default 256)\n"
+         "  --uid-max-ring-mb N     per-user CQ+QP ring memory in MiB (default 1024)\n"
          "  --pidfile FILE          write the daemon's pid here\n"
          "  --rt-priority N         run the NIC loop SCHED_FIFO at priority N, 0 = off (default\n"
          "                          10: a woken NIC must preempt busy-polling applications)\n"
@@ -123,6 +129,18 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
       if (!value(&o->cc)) return false;
     } else if (a == "--max-qp-per-client") {
       if (!number(1, 65536, &o->max_qp_per_client)) return false;
+    } else if (a == "--uid-max-qp") {
+      if (!number(1, 65536, &o->uid_max_qp)) return false;
+    } else if (a == "--uid-max-cq") {
+      if (!number(1, 65536, &o->uid_max_cq)) return false;
+    } else if (a == "--uid-max-pd") {
+      if (!number(1, 65536, &o->uid_max_pd)) return false;
+    } else if (a == "--uid-max-mr") {
+      if (!number(1, 1u << 20, &o->uid_max_mr)) return false;
+    } else if (a == "--uid-max-connections") {
+      if (!number(1, 65536, &o->uid_max_connections)) return false;
+    } else if (a == "--uid-max-ring-mb") {
+      if (!number(1, 1u << 20, &o->uid_max_ring_mb)) return false;
     } else if (a == "--rt-priority") {
       if (!number(0, 99, &o->rt_priority)) return false;
     } else if (a == "--pidfile") {

@@ -1,5 +1,6 @@
 #include "firmware-model/daemon/shm_ring.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -21,10 +22,15 @@ ShmRegion& ShmRegion::operator=(ShmRegion&& o) noexcept {
   return *this;
 }
 
+// The client maps the same memfd. Unsealed, its ftruncate() would shrink
+// the file under the daemon's mapping and the next ring access would kill
+// the daemon with SIGBUS (every client's NIC). The size is sealed before
+// the fd leaves the daemon, and the seals themselves are sealed.
 int ShmRegion::create(const std::string& name, size_t bytes) {
-  fd_ = memfd_create(name.c_str(), MFD_CLOEXEC);
+  fd_ = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd_ < 0) return errno;
   if (ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return errno;
+  if (fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) return errno;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) return errno;
   base_ = static_cast<uint8_t*>(p);

@@ -3,7 +3,7 @@
 //
 // libibverbs' ibv_create_comp_channel asks the kernel (through the command
 // fd) for an event fd. For metaroce devices this library makes the channel
-// itself: channel->fd is the read end of a pipe, and the write end is kept
+// itself: channel->fd is one end of a datagram socketpair, the other is kept
 // here, where the provider finds it (metaroce_comp_channel_peer) and passes
 // it to the daemon in CREATE_CQ. The daemon writes 8-byte CQ handles to it,
 // which is exactly what ibv_get_cq_event reads. Other devices go to
@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace {
@@ -53,7 +54,10 @@ struct ibv_comp_channel *create_metaroce_channel(struct ibv_context *context) {
   auto *c = static_cast<Channel *>(calloc(1, sizeof(Channel)));
   auto *ch = static_cast<struct ibv_comp_channel *>(malloc(sizeof(struct ibv_comp_channel)));
   int p[2];
-  if (!c || !ch || pipe2(p, O_CLOEXEC)) {
+  // A datagram socketpair, not a pipe: the daemon accepts only sockets it
+  // can write with MSG_DONTWAIT (a pipe's blocking mode is the client's to
+  // change), and each 8-byte record stays one read for ibv_get_cq_event.
+  if (!c || !ch || socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, p)) {
     free(c);
     free(ch);
     return nullptr;

@@ -96,6 +96,8 @@ show_counters() {  # a|b: the transport counters that tell recovery happened
       rx_drop_duplicate rx_drop_out_of_window rx_drop_parse; do printf '%s=%s ' $c "$(counter "$s" $c)"; done)"
   done
 }
+counter_above() { [ "$(counter "$1" "$2")" -gt "$3" ] 2>/dev/null; }  # a|b NAME N
+fds_at_most() { [ "$(ls "/proc/$1/fd" | wc -l)" -le "$2" ]; }       # PID N
 daemon_alive() {  # a|b
   local pid; [ "$1" = a ] && pid=$MROCE_PID_A || pid=$MROCE_PID_B
   kill -0 "$pid" 2>/dev/null || e2e_fail "daemon $1 (pid $pid) died; its log: $(tail -20 "$([ "$1" = a ] && echo "$MROCE_RUN_A" || echo "$MROCE_RUN_B")/daemon.log")"
@@ -216,12 +218,14 @@ case_kill_client() {
     "$MROCE_IP_A" --dev "$MROCE_DEV_B" --port "$PORT" --mode stream \
     --ready-file "$ready" >"$WORK/victim.log" 2>&1 &
   cpid=$!; e2e_track_pid "$cpid"
-  for _ in $(seq 1 200); do [ -e "$ready" ] && break; sleep 0.1; done
-  [ -e "$ready" ] || { cat "$WORK/survivor.log" "$WORK/victim.log"; e2e_fail "the stream never started"; }
+  wait_for 60 test -e "$ready" || { cat "$WORK/survivor.log" "$WORK/victim.log"; e2e_fail "the stream never started"; }
   qpn=$(awk '/^local qpn/ {print $3; exit}' "$WORK/victim.log")
   qp_listed b "$qpn" || e2e_fail "victim QP $qpn not in stat --qp all before the kill"
   closed0=$(counter b clients_closed)
-  sleep 0.5  # mid-transfer: let requests be in flight both ways
+  # Mid-transfer: wait until requests flowed both ways since the stream began.
+  local txa txb; txa=$(counter a tx_packets); txb=$(counter b tx_packets)
+  wait_for 60 counter_above a tx_packets $((txa + 200)) || e2e_fail "daemon a sent nothing"
+  wait_for 60 counter_above b tx_packets $((txb + 200)) || e2e_fail "daemon b sent nothing"
   t0=$(date +%s.%N)
   grep -q mroce_traffic "/proc/$cpid/cmdline" 2>/dev/null || {
     cat "$WORK/survivor.log" "$WORK/victim.log"; e2e_fail "the victim (pid $cpid) ended before the kill"; }
@@ -261,7 +265,8 @@ case_ctrl_malformed() {
   fd0=$(daemon_fds "$MROCE_PID_A")
   mroce_in_a "$CTRL_FUZZ" "$sock" --seed 5 --random 4000 || e2e_fail "malformed control messages mishandled"
   daemon_alive a
-  sleep 0.5  # let the daemon close the fuzzer's sessions
+  # The daemon closes the fuzzer's sessions as it sees their hang-ups.
+  wait_for 60 fds_at_most "$MROCE_PID_A" $((fd0 + 1)) || true
   fd1=$(daemon_fds "$MROCE_PID_A")
   m1=$(counter a ctrl_malformed); e1=$(counter a ctrl_errors)
   echo "daemon a: ctrl_malformed $m0 -> $m1, ctrl_errors $e0 -> $e1, open fds $fd0 -> $fd1"
@@ -281,13 +286,15 @@ case_packets_malformed() {  # xdp|packet
   sent=$(ip netns exec "$MROCE_NS_A" "$INJECT" "$MROCE_IF_A" "$MROCE_IP_A" "$MROCE_IP_B" "$mac_b" \
     --seed 21 --random 3000) || e2e_fail "injector failed: $sent"
   echo "$sent"
-  sleep 0.5
-  daemon_alive b
-  p1=$(counter b rx_drop_parse); i1=$(counter b rx_drop_bad_icrc); u1=$(counter b rx_drop_unknown_qp)
   n_u=$(sed -n 's/.*unknown_qp=\([0-9]*\).*/\1/p' <<<"$sent")
   n_i=$(sed -n 's/.*bad_icrc=\([0-9]*\).*/\1/p' <<<"$sent")
   n_p=$(sed -n 's/.*parse=\([0-9]*\).*/\1/p' <<<"$sent")
   n_r=$(sed -n 's/.*random=\([0-9]*\).*/\1/p' <<<"$sent")
+  # Until the daemon has received every injected frame (or the deadline).
+  wait_for 60 counter_above b rx_drop_unknown_qp $((u0 + n_u - 1)) || true
+  wait_for 60 counter_above b rx_drop_parse $((p0 + n_i + n_p + n_r - 1)) || true
+  daemon_alive b
+  p1=$(counter b rx_drop_parse); i1=$(counter b rx_drop_bad_icrc); u1=$(counter b rx_drop_unknown_qp)
   echo "daemon b: rx_drop_parse +$((p1 - p0)) (sent $((n_i + n_p + n_r)) unparsable)," \
        "rx_drop_bad_icrc +$((i1 - i0)) (sent $n_i with a bad ICRC, more among the random)," \
        "rx_drop_unknown_qp +$((u1 - u0)) (sent $n_u)"
@@ -316,7 +323,7 @@ case_tree_removed_on_sigterm() {
   ip netns exec "$TREE_NS" "$METAROCED" --netdev "${MROCE_PREFIX}-tx" --ibdev "$dev" --io packet \
     --sysfs-root "$root" --run-dir "$run" >"$WORK/tree.log" 2>&1 &
   TREE_PID=$!; e2e_track_pid "$TREE_PID"
-  for _ in $(seq 1 100); do [ -S "$run/$dev.sock" ] && [ -e "$root/class/infiniband/$dev" ] && break; sleep 0.1; done
+  wait_for 60 test -S "$run/$dev.sock" -a -e "$root/class/infiniband/$dev" || true
   cat "$WORK/tree.log"
   [ -e "$root/class/infiniband/$dev" ] || e2e_fail "$dev was not published"
   ip netns exec "$TREE_NS" env SYSFS_PATH="$root" "${TOOL_ENV[@]}" ibv_devices | tee "$WORK/devices"

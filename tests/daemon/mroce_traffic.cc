@@ -136,7 +136,8 @@ int tcp_connect(const Options &o) {
     return fd;
   }
   if (inet_pton(AF_INET, o.peer.c_str(), &a.sin_addr) != 1) DIE("bad peer address %s", o.peer.c_str());
-  for (int i = 0; i < 200; i++) {  // the server may still be starting: 20 s
+  time_t end = time(nullptr) + 60;  // the server may still be starting
+  while (time(nullptr) < end) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0) {
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

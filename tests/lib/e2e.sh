@@ -20,6 +20,17 @@ e2e_require_root() {
 # (by pid) if the test dies before its own cleanup.
 e2e_track_pid() { echo "$1" >> "$E2E_RUN_DIR/pids"; }
 
+# Waits until CMD... succeeds, polling, for at most TIMEOUT seconds (a
+# generous deadline, never a fixed count). Returns CMD's last status.
+wait_for() {  # TIMEOUT CMD...
+  local timeout=$1 end; shift
+  end=$((SECONDS + timeout))
+  until "$@"; do
+    [ "$SECONDS" -ge "$end" ] && { "$@"; return; }
+    sleep 0.05
+  done
+}
+
 e2e_case() {
   local name=$1 fn=$2 rc
   echo "--- $name"

@@ -61,10 +61,12 @@ _mroce_start_daemon() {  # ns ifname ibdev rundir
   pid=$!
   echo "$pid" > "$run/daemon.pid"
   mkdir -p "$MROCE_RUN_DIR_TEST"; echo "$pid" >> "$MROCE_RUN_DIR_TEST/pids"
-  for _ in $(seq 1 100); do
+  # Up (socket and tree published) or dead, within a generous deadline.
+  local end=$((SECONDS + 60))
+  while [ "$SECONDS" -lt "$end" ]; do
     [ -S "$run/$dev.sock" ] && [ -e "$run/sysfs/class/infiniband/$dev" ] && { echo "$pid"; return 0; }
     kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
+    sleep 0.05
   done
   echo "netns.sh: metaroced for $dev did not come up; its log:" >&2
   cat "$run/daemon.log" >&2
@@ -200,7 +202,9 @@ mroce_net_down() {
     kill "$pid" 2>/dev/null
   done
   for pid in ${MROCE_PID_A:-} ${MROCE_PID_B:-}; do
-    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    # A grace period for a clean exit (not a check): then SIGKILL.
+    local end=$((SECONDS + 10))
+    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.05; done
     kill -9 "$pid" 2>/dev/null
   done
   MROCE_PID_A=; MROCE_PID_B=

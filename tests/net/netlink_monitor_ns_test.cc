@@ -57,9 +57,9 @@ struct Recorder : daemon::net::NetlinkMonitorVisitor {
   }
 };
 
-// Polls the monitor's fd until pred() holds or 3 s pass.
+// Polls the monitor's fd until pred() holds or 30 s pass (a generous deadline).
 bool wait_for(NetlinkMonitor& m, const std::function<bool()>& pred) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!pred()) {
     if (std::chrono::steady_clock::now() > end) return false;
     pollfd p{m.fd(), POLLIN, 0};

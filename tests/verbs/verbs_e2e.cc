@@ -384,7 +384,7 @@ int case_fatal(const char *dev, const char *ready_file) {
   ibv_close_device(ctx);
   // The daemon comes back: a new open works.
   ibv_context *again = nullptr;
-  for (int i = 0; i < 100 && !again; i++) {
+  for (time_t end = time(nullptr) + 60; !again && time(nullptr) < end;) {
     again = open_dev(dev);
     if (!again) usleep(100000);
   }

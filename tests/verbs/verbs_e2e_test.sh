@@ -40,15 +40,14 @@ gid_index() {  # in_a|in_b dev ip
 
 # Runs a server in A (background) and a client in B; both must succeed.
 PORT=18600
+tcp_listening() { ip netns exec "$1" ss -ltn 2>/dev/null | grep -q ":$2 "; }
 pair() {  # name "server cmd..." "client cmd..." (client gets the server IP last)
   local name=$1 log_s=$E2E_RUN_DIR/$1.server.log log_c=$E2E_RUN_DIR/$1.client.log spid rc
   PORT=$((PORT + 1))
   eval "$2 -p $PORT" >"$log_s" 2>&1 &
   spid=$!; e2e_track_pid "$spid"
   # Wait for the server's TCP exchange port (its start-up can take seconds).
-  for _ in $(seq 1 100); do
-    ip netns exec "$MROCE_NS_A" ss -ltn 2>/dev/null | grep -q ":$PORT " && break; sleep 0.1
-  done
+  wait_for 60 tcp_listening "$MROCE_NS_A" "$PORT" || e2e_fail "$name: server never listened on $PORT"
   rc=0; eval "$3 -p $PORT $MROCE_IP_A" >"$log_c" 2>&1 || rc=$?
   local src=0; wait "$spid" || src=$?
   echo "== server"; cat "$log_s"; echo "== client"; cat "$log_c"
@@ -154,7 +153,8 @@ t_send_bw_events() {
 t_same_device() {  # server and client on one device, one namespace
   local log_s=$E2E_RUN_DIR/same.server.log spid rc
   in_a ib_write_bw -d "$MROCE_DEV_A" -x "$GID_A" -s 65536 -n 500 -p 18650 >"$log_s" 2>&1 &
-  spid=$!; e2e_track_pid "$spid"; sleep 1
+  spid=$!; e2e_track_pid "$spid"
+  wait_for 60 tcp_listening "$MROCE_NS_A" 18650 || e2e_fail "server never listened on 18650"
   rc=0; in_a ib_write_bw -d "$MROCE_DEV_A" -x "$GID_A" -s 65536 -n 500 -p 18650 "$MROCE_IP_A" \
     >"$E2E_RUN_DIR/same.client.log" 2>&1 || rc=$?
   wait "$spid" || e2e_fail "server failed: $(cat "$log_s")"
@@ -169,8 +169,7 @@ t_verbs_fatal() {
   rm -f "$ready"
   in_a "$VERBS_E2E" fatal "$MROCE_DEV_A" "$ready" &
   pid=$!; e2e_track_pid "$pid"
-  for _ in $(seq 1 100); do [ -e "$ready" ] && break; sleep 0.1; done
-  [ -e "$ready" ] || e2e_fail "verbs program never got ready"
+  wait_for 60 test -e "$ready" || e2e_fail "verbs program never got ready"
   mroce_daemon_restart a || e2e_fail "daemon restart failed"
   wait "$pid" || e2e_fail "verbs program failed after the daemon restart"
 }

@@ -31,7 +31,7 @@ std::thread serve(int fd, int n, std::function<void(int, const Request&)> answer
   return std::thread([=] {
     for (int i = 0; i < n; i++) {
       pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, 5000) != 1) return;
+      if (poll(&p, 1, 30000) != 1) return;
       std::vector<uint8_t> buf(64 * 1024);
       int fds[4];
       size_t nfds = 0;
