@@ -17,6 +17,7 @@ const char* usage() {
          "  --run-dir DIR      sockets, pidfiles and logs (default $METAROCE_RUN_DIR, else /run/metaroce)\n"
          "  --timeout SECONDS  how long to wait for metaroced (default 10)\n"
          "  -a                 stat: show zero counters too\n"
+         "  -j, --json         JSON output, one array per command (docs/operations.md)\n"
          "  -h, --help         this text\n"
          "metaroced is found as $METAROCED, else next to metaroce-ctl, else on PATH.\n";
 }
@@ -82,6 +83,8 @@ struct Parser {
         help = true;
       } else if (a == "-a" || a == "--all") {
         out->all = true;
+      } else if (a == "-j" || a == "--json") {
+        out->json = true;
       } else if (a == "--sysfs-root") {
         if (!value(&out->sysfs_root)) return false;
         has_sysfs = true;

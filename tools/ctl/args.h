@@ -33,6 +33,7 @@ struct Command {
   std::string run_dir;      // --run-dir, else $METAROCE_RUN_DIR, else /run/metaroce
   std::string dev;          // the device NAME, "" for "all devices"
   bool all = false;         // -a: also zero counters
+  bool json = false;        // -j: JSON (docs/operations.md §JSON)
   bool has_qp = false;
   uint32_t qpn = 0;         // with has_qp: a QP number, or kAllQps
   std::string netdev;       // link add

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-namespace metaroce::ctl {
+#include "tools/ctl/json.h"
 
-namespace {
+namespace metaroce::ctl {
 
 const char* daemon_text(DaemonState s) {
   switch (s) {
@@ -14,6 +14,8 @@ const char* daemon_text(DaemonState s) {
   }
   return "unknown";
 }
+
+namespace {
 
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
@@ -87,6 +89,46 @@ std::string format_counters(const std::string& title, const std::vector<Counter>
                                 " counters are zero (-a shows them)\n";
   }
   return s;
+}
+
+std::string json_device(const DeviceInfo& d, DaemonState daemon) {
+  std::vector<std::string> gids;
+  for (const Gid& g : d.gids) {
+    gids.push_back(JsonObject()
+                       .add("index", static_cast<uint64_t>(g.index))
+                       .add("gid", g.raw)
+                       .add("ip", g.ip)
+                       .add("type", g.type)
+                       .str());
+  }
+  return JsonObject()
+      .add("ifname", d.name)
+      .add("state", d.state)
+      .add("physical_state", d.phys_state)
+      .add("netdev", d.netdev)
+      .add("node_guid", d.node_guid)
+      .add("fw", d.fw_ver)
+      .add("daemon", daemon_text(daemon))
+      .add_json("gids", json_array(gids))
+      .str();
+}
+
+std::string json_link(const DeviceInfo& d, DaemonState daemon, int pid) {
+  return JsonObject()
+      .add("ifname", d.name)
+      .add("port", uint64_t{1})
+      .add("state", d.state)
+      .add("netdev", d.netdev)
+      .add("daemon", daemon_text(daemon))
+      .add("pid", static_cast<uint64_t>(pid > 0 ? pid : 0))
+      .add("socket", d.socket_path)
+      .str();
+}
+
+std::string json_counters(const std::vector<Counter>& counters) {
+  JsonObject o;
+  for (const Counter& c : counters) o.add(c.name, c.value);
+  return o.str();
 }
 
 }  // namespace metaroce::ctl

@@ -36,4 +36,14 @@ std::string_view counter_group(std::string_view name);
 std::string format_counters(const std::string& title, const std::vector<Counter>& counters,
                             bool all);
 
+// The same objects as JSON (docs/operations.md §JSON lists the fields).
+// dev:  {"ifname","state","physical_state","netdev","node_guid","fw","daemon",
+//        "gids":[{"index","gid","ip","type"}]}
+// link: {"ifname","port","state","netdev","daemon","pid","socket"}
+// counters: {"NAME": value, ...}, every counter (zero ones too).
+std::string json_device(const DeviceInfo& d, DaemonState daemon);
+std::string json_link(const DeviceInfo& d, DaemonState daemon, int pid);
+std::string json_counters(const std::vector<Counter>& counters);
+const char* daemon_text(DaemonState s);
+
 }  // namespace metaroce::ctl

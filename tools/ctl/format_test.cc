@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tools/ctl/json.h"
+
 namespace metaroce::ctl {
 namespace {
 
@@ -87,6 +89,25 @@ TEST_CASE("format_counters__all_zero_says_so") {
   CHECK(format_counters("q", {{"tx_packets", 0}, {"rx_packets", 0}}, false) ==
         "q:\n  all 2 counters are zero (-a shows them)\n");
   CHECK(format_counters("q", {}, false) == "q:\n  (no counters)\n");
+}
+
+TEST_CASE("json__strings_are_escaped") {
+  CHECK(json_string("a\"b\\c\nd\x01") == "\"a\\\"b\\\\c\\nd\\u0001\"");
+  CHECK(JsonObject().add("n", uint64_t{18446744073709551615u}).add_bool("ok", false).str() ==
+        "{\"n\":18446744073709551615,\"ok\":false}");
+  CHECK(json_array({}) == "[]");
+}
+
+TEST_CASE("json__device_link_and_counters_have_the_documented_fields") {
+  CHECK(json_device(device(), DaemonState::kRunning) ==
+        "{\"ifname\":\"metaroce0\",\"state\":\"ACTIVE\",\"physical_state\":\"LinkUp\","
+        "\"netdev\":\"mroce-va\",\"node_guid\":\"0200:5eff:fe00:0001\",\"fw\":\"\","
+        "\"daemon\":\"running\",\"gids\":[{\"index\":1,\"gid\":"
+        "\"0000:0000:0000:0000:0000:ffff:0a4d:0001\",\"ip\":\"10.77.0.1\",\"type\":\"RoCE v2\"}]}");
+  CHECK(json_link(device(), DaemonState::kNotRunning, 0) ==
+        "{\"ifname\":\"metaroce0\",\"port\":1,\"state\":\"ACTIVE\",\"netdev\":\"mroce-va\","
+        "\"daemon\":\"not-running\",\"pid\":0,\"socket\":\"/run/metaroce/metaroce0.sock\"}");
+  CHECK(json_counters({{"tx_packets", 3}, {"timeouts", 0}}) == "{\"tx_packets\":3,\"timeouts\":0}");
 }
 
 }  // namespace

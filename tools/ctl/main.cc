@@ -13,6 +13,7 @@
 #include "tools/ctl/args.h"
 #include "tools/ctl/client.h"
 #include "tools/ctl/format.h"
+#include "tools/ctl/json.h"
 #include "tools/ctl/link.h"
 #include "tools/ctl/sysfs.h"
 
@@ -53,15 +54,24 @@ int devices(const Command& c, std::vector<std::string>* names) {
   return 0;
 }
 
+// -j: the command's objects as one JSON array on stdout.
+void print_json(const std::vector<std::string>& items) { std::cout << json_array(items) << "\n"; }
+
 int dev_show(const Command& c) {
-  std::vector<std::string> names;
+  std::vector<std::string> names, json;
   if (int rc = devices(c, &names)) return rc;
   for (const std::string& n : names) {
     DeviceInfo d;
     std::string why;
     if (read_device(c.sysfs_root, c.run_dir, n, &d, &why)) return fail(why);
-    std::cout << format_device(d, daemon_state(d.socket_path));
+    DaemonState state = daemon_state(d.socket_path);
+    if (c.json) {
+      json.push_back(json_device(d, state));
+    } else {
+      std::cout << format_device(d, state);
+    }
   }
+  if (c.json) print_json(json);
   return 0;
 }
 
@@ -77,6 +87,7 @@ int link_show(const Command& c) {
         names.push_back(n);
     }
   }
+  std::vector<std::string> json;
   for (const std::string& n : names) {
     DeviceInfo d;
     std::string why;
@@ -87,8 +98,13 @@ int link_show(const Command& c) {
     }
     pid_t pid = read_pidfile(link_paths(c.run_dir, n).pidfile);
     if (!is_live_daemon(pid, n)) pid = 0;
-    std::cout << format_link(d, daemon_state(d.socket_path), pid);
+    if (c.json) {
+      json.push_back(json_link(d, daemon_state(d.socket_path), pid));
+    } else {
+      std::cout << format_link(d, daemon_state(d.socket_path), pid);
+    }
   }
+  if (c.json) print_json(json);
   return 0;
 }
 
@@ -104,6 +120,16 @@ int stat(const Command& c) {
     std::vector<uint32_t> qps;
     if (client.query_counters(kDeviceCounters, &counters, &why) || client.list_qps(&qps, &why))
       return fail(why);
+    if (c.json) {
+      std::vector<std::string> numbers;
+      for (uint32_t q : qps) numbers.push_back(std::to_string(q));
+      print_json({JsonObject()
+                      .add("ifname", c.dev)
+                      .add_json("counters", json_counters(counters))
+                      .add_json("qps", json_array(numbers))
+                      .str()});
+      return 0;
+    }
     std::cout << format_counters(c.dev + " device", counters, c.all);
     std::cout << "  qps: " << qps.size();
     for (uint32_t q : qps) std::cout << " " << q;
@@ -112,10 +138,20 @@ int stat(const Command& c) {
   }
   std::vector<uint32_t> qps = {c.qpn};
   if (c.qpn == kAllQps && client.list_qps(&qps, &why)) return fail(why);
+  std::vector<std::string> json;
   for (uint32_t q : qps) {
     if (client.query_counters(q, &counters, &why)) return fail("QP " + std::to_string(q) + ": " + why);
+    if (c.json) {
+      json.push_back(JsonObject()
+                         .add("ifname", c.dev)
+                         .add("qpn", uint64_t{q})
+                         .add_json("counters", json_counters(counters))
+                         .str());
+      continue;
+    }
     std::cout << format_counters(c.dev + " qp " + std::to_string(q), counters, c.all);
   }
+  if (c.json) return print_json(json), 0;
   if (qps.empty()) std::cout << c.dev << ": no QPs\n";
   return 0;
 }
@@ -140,6 +176,16 @@ int link_add(const Command& c) {
   pid_t pid = 0;
   if (ctl::link_add(r, &pid, &why)) return fail("link add " + c.dev + ": " + why);
   LinkPaths paths = link_paths(c.run_dir, c.dev);
+  if (c.json) {
+    print_json({JsonObject()
+                    .add("ifname", c.dev)
+                    .add("netdev", c.netdev)
+                    .add("pid", static_cast<uint64_t>(pid))
+                    .add("socket", paths.socket)
+                    .add("log", paths.log)
+                    .str()});
+    return 0;
+  }
   std::cout << "link " << c.dev << " added: metaroced pid " << pid << " on " << c.netdev
             << ", socket " << paths.socket << ", log " << paths.log << "\n";
   return 0;
@@ -149,6 +195,10 @@ int link_delete(const Command& c) {
   std::string why;
   if (ctl::link_delete(c.dev, c.run_dir, static_cast<int>(c.timeout_ms), &why))
     return fail("link delete " + c.dev + ": " + why);
+  if (c.json) {
+    print_json({JsonObject().add("ifname", c.dev).add_bool("deleted", true).str()});
+    return 0;
+  }
   std::cout << "link " << c.dev << " deleted\n";
   return 0;
 }
