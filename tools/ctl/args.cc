@@ -11,11 +11,15 @@ const char* usage() {
          "  link [show [NAME]]                 devices and the metaroced serving each\n"
          "  link add NAME netdev IF [DAEMON OPTIONS...]\n"
          "                                     start metaroced for NAME (metaroceN) on interface IF\n"
+         "                                     --persist: also write /etc/metaroce/IF.conf and\n"
+         "                                     enable metaroced@IF.service (survives a reboot)\n"
          "  link delete NAME                   stop the metaroced started by link add\n"
          "options:\n"
          "  --sysfs-root DIR   published device tree (default $SYSFS_PATH, else /run/metaroce/sysfs)\n"
          "  --run-dir DIR      sockets, pidfiles and logs (default $METAROCE_RUN_DIR, else /run/metaroce)\n"
          "  --timeout SECONDS  how long to wait for metaroced (default 10)\n"
+         "  --config-dir DIR   link add --persist: where IF.conf goes (default $METAROCE_CONFIG_DIR,\n"
+         "                     else /etc/metaroce)\n"
          "  -a                 stat: show zero counters too\n"
          "  -j, --json         JSON output, one array per command (docs/operations.md)\n"
          "  -h, --help         this text\n"
@@ -91,6 +95,8 @@ struct Parser {
       } else if (a == "--run-dir") {
         if (!value(&out->run_dir)) return false;
         has_run_dir = true;
+      } else if (a == "--config-dir") {
+        if (!value(&out->config_dir)) return false;
       } else if (a == "--timeout") {
         uint32_t s = 0;
         if (!value(&v)) return false;
@@ -169,6 +175,15 @@ struct Parser {
     if (out->netdev.empty() || out->netdev.size() >= 16 ||
         out->netdev.find('/') != std::string::npos)
       return fail("'" + out->netdev + "' is not a network interface name");
+    auto& d = out->daemon_args;
+    for (auto it = d.begin(); it != d.end();) {
+      if (*it == "--persist") {
+        out->persist = true;
+        it = d.erase(it);
+      } else {
+        ++it;
+      }
+    }
     for (const std::string& a : out->daemon_args) {
       if (reserved_daemon_option(a))
         return fail(a + " is set by metaroce-ctl; use metaroce-ctl's own --run-dir/--sysfs-root");
@@ -198,6 +213,8 @@ bool parse_command_line(const std::vector<std::string>& args, const Env& env, Co
   if (out->has_qp && out->verb != Verb::kStat) return p.fail("--qp only applies to stat");
   if (!p.has_sysfs) out->sysfs_root = env.sysfs_path.empty() ? kDefaultSysfsRoot : env.sysfs_path;
   if (!p.has_run_dir) out->run_dir = env.run_dir.empty() ? "/run/metaroce" : env.run_dir;
+  if (out->config_dir.empty())
+    out->config_dir = env.config_dir.empty() ? "/etc/metaroce" : env.config_dir;
   if (out->sysfs_root.empty() || out->run_dir.empty())
     return p.fail("--sysfs-root and --run-dir need a directory");
   return true;

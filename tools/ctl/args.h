@@ -23,6 +23,7 @@ enum class Verb {
 struct Env {
   std::string sysfs_path;  // $SYSFS_PATH, "" when unset
   std::string run_dir;     // $METAROCE_RUN_DIR, "" when unset
+  std::string config_dir;  // $METAROCE_CONFIG_DIR, "" when unset
 };
 
 inline constexpr uint32_t kAllQps = 0xfffffffe;  // --qp all (0xffffffff is "device")
@@ -39,6 +40,8 @@ struct Command {
   std::string netdev;       // link add
   std::vector<std::string> daemon_args;  // link add: passed to metaroced as is
   uint32_t timeout_ms = 10000;           // --timeout SECONDS (link add/delete, control calls)
+  bool persist = false;                  // link add ... --persist
+  std::string config_dir;  // --config-dir, else $METAROCE_CONFIG_DIR, else /etc/metaroce
 };
 
 inline constexpr const char* kDefaultSysfsRoot = "/run/metaroce/sysfs";

@@ -15,6 +15,7 @@
 #include "tools/ctl/format.h"
 #include "tools/ctl/json.h"
 #include "tools/ctl/link.h"
+#include "tools/ctl/persist.h"
 #include "tools/ctl/sysfs.h"
 
 namespace metaroce::ctl {
@@ -162,8 +163,49 @@ std::string self_dir() {
   return ec ? "" : p.parent_path().string();
 }
 
+// --persist: IF.conf written, the unit enabled. Where systemd runs it
+// starts the daemon (*started); elsewhere metaroce-ctl starts it with the
+// same file (*args becomes --config FILE) and *note says why.
+int persist(const Command& c, std::vector<std::string>* args, bool* started, std::string* note) {
+  std::string text, why;
+  if (!config_text(c.dev, *args, &text, &why) || write_config(c.config_dir, c.netdev, text, &why))
+    return fail("link add " + c.dev + " --persist: " + why);
+  std::string file = c.config_dir + "/" + c.netdev + ".conf", unit = "metaroced@" + c.netdev + ".service";
+  *args = {"--config", file};
+  *note = "config " + file;
+  switch (systemd_state(kUnitFile)) {
+    case Systemd::kRunning:
+      if (systemctl({"enable", "--now", unit}, &why)) return fail(why);
+      *started = true;
+      *note += ", " + unit + " enabled and started";
+      return 0;
+    case Systemd::kOffline:
+      if (systemctl({"enable", unit}, &why)) return fail(why);
+      *note += ", " + unit + " enabled; systemd is not running here (not PID 1), so "
+               "metaroce-ctl started the daemon with the same config";
+      return 0;
+    case Systemd::kUnavailable: break;
+  }
+  std::cerr << "metaroce-ctl: warning: " << kUnitFile << " or systemctl is missing: " << file
+            << " is written, but nothing will start the daemon at boot\n";
+  return 0;
+}
+
 int link_add(const Command& c) {
-  std::string why;
+  std::string why, note;
+  std::vector<std::string> daemon_args = c.daemon_args;
+  bool started = false;
+  if (c.persist) {
+    if (int rc = persist(c, &daemon_args, &started, &note)) return rc;
+    if (started) {
+      if (c.json) {
+        print_json({JsonObject().add("ifname", c.dev).add("netdev", c.netdev).add("note", note).str()});
+      } else {
+        std::cout << "link " << c.dev << " persisted: " << note << "\n";
+      }
+      return 0;
+    }
+  }
   LinkAddRequest r;
   r.metaroced = find_metaroced(env("METAROCED"), self_dir(), env("PATH"), &why);
   if (r.metaroced.empty()) return fail(why);
@@ -171,7 +213,7 @@ int link_add(const Command& c) {
   r.netdev = c.netdev;
   r.run_dir = c.run_dir;
   r.sysfs_root = c.sysfs_root;
-  r.daemon_args = c.daemon_args;
+  r.daemon_args = daemon_args;
   r.timeout_ms = static_cast<int>(c.timeout_ms);
   pid_t pid = 0;
   if (ctl::link_add(r, &pid, &why)) return fail("link add " + c.dev + ": " + why);
@@ -183,11 +225,13 @@ int link_add(const Command& c) {
                     .add("pid", static_cast<uint64_t>(pid))
                     .add("socket", paths.socket)
                     .add("log", paths.log)
+                    .add("note", note)
                     .str()});
     return 0;
   }
   std::cout << "link " << c.dev << " added: metaroced pid " << pid << " on " << c.netdev
-            << ", socket " << paths.socket << ", log " << paths.log << "\n";
+            << ", socket " << paths.socket << ", log " << paths.log
+            << (note.empty() ? "" : "; " + note) << "\n";
   return 0;
 }
 
@@ -206,7 +250,7 @@ int link_delete(const Command& c) {
 int run(int argc, char** argv) {
   Command c;
   std::string error;
-  Env e{env("SYSFS_PATH"), env("METAROCE_RUN_DIR")};
+  Env e{env("SYSFS_PATH"), env("METAROCE_RUN_DIR"), env("METAROCE_CONFIG_DIR")};
   if (!parse_command_line({argv + 1, argv + argc}, e, &c, &error)) {
     std::cerr << "metaroce-ctl: " << error << "\n" << usage();
     return 2;
