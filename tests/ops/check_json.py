@@ -22,9 +22,10 @@ def documented_fields(doc, command):
             continue
         fields = cells[1]
         nested = {}
-        for m in re.finditer(r"`(\w+)`: \[\{(.*?)\}\]", fields):
+        # `name`: [{`a`, ...}] (array of objects) or `name`: {`a`, ...} (object)
+        for m in re.finditer(r"`(\w+)`: \[?\{(.*?)\}\]?", fields):
             nested[m.group(1)] = re.findall(r"`(\w+)`", m.group(2))
-        top = re.sub(r"\[\{.*?\}\]", "", re.sub(r"\(.*?\)", "", fields))
+        top = re.sub(r"\[?\{.*?\}\]?", "", re.sub(r"\(.*?\)", "", fields))
         return re.findall(r"`(\w+)`", top), nested
     sys.exit(f"check_json: no row for '{command}' in {doc} §JSON")
 
@@ -43,7 +44,8 @@ def main():
     for i, item in enumerate(data):
         bad += [f"[{i}].{f}" for f in top if f not in item]
         for name, fields in nested.items():
-            for j, sub in enumerate(item.get(name, [])):
+            subs = item.get(name, [])
+            for j, sub in enumerate(subs if isinstance(subs, list) else [subs]):
                 bad += [f"[{i}].{name}[{j}].{f}" for f in fields if f not in sub]
     if bad:
         sys.exit(f"check_json: {command}: missing documented fields {bad} in {raw[:300]!r}")

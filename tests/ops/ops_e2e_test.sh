@@ -51,6 +51,7 @@ trap cleanup EXIT
 track() { echo "$1" >> "$WORK/pids"; e2e_track_pid "$1"; }
 
 ctl_a() { mroce_in_a "$CTL" --run-dir "$MROCE_RUN_A" --sysfs-root "$MROCE_SYSFS_A" "$@"; }
+ctl_b() { mroce_in_b "$CTL" --run-dir "$MROCE_RUN_B" --sysfs-root "$MROCE_SYSFS_B" "$@"; }
 ctl_x() { ip netns exec "$MROCE_NS_A" "$CTL" --run-dir "$RUN_X" --sysfs-root "$RUN_X/sysfs" "$@"; }
 in_a() { mroce_in_a env "${TOOL_ENV[@]}" timeout 120 "$@"; }
 in_b() { mroce_in_b env "${TOOL_ENV[@]}" timeout 120 "$@"; }
@@ -117,7 +118,15 @@ t_metrics_grow_during_traffic() {
   local n=0 during=0
   while kill -0 "$cli" 2>/dev/null; do
     scrape_a > "$WORK/m$((++n))" || e2e_fail "scrape $n failed during traffic"
-    grep -q '^metaroce_qp_tx_packets_total{device="'"$MROCE_DEV_A"'",qpn="' "$WORK/m$n" && during=$n
+    if grep -q '^metaroce_qp_tx_packets_total{device="'"$MROCE_DEV_A"'",qpn="' "$WORK/m$n"; then
+      during=$n
+      # The writer's (B's) QP transport state while it carries traffic.
+      # (kept only while a QP exists: the last scrape may see it go)
+      ctl_b -j stat --qp all "$MROCE_DEV_B" > "$WORK/qp.json.new" 2>/dev/null &&
+        grep -q '"qpn"' "$WORK/qp.json.new" && mv "$WORK/qp.json.new" "$WORK/qp.json"
+      ctl_b stat --qp all "$MROCE_DEV_B" > "$WORK/qp.txt.new" 2>/dev/null &&
+        grep -q 'transport:' "$WORK/qp.txt.new" && mv "$WORK/qp.txt.new" "$WORK/qp.txt"
+    fi
     sleep 0.2
   done
   wait "$cli" || { cat "$WORK/bw_c"; e2e_fail "ib_write_bw client failed"; }
@@ -131,6 +140,21 @@ t_metrics_grow_during_traffic() {
   echo "scrapes $n (QP metrics in #$during); tx_packets $tx0 -> $tx1; rx_packets $rx1; scrapes_total $scrapes"
   [ "$tx1" -gt "$tx0" ] || e2e_fail "metaroce_tx_packets_total did not grow ($tx0 -> $tx1)"
   [ "$rx1" -gt 0 ] && [ "$scrapes" -ge "$((n + 2))" ] || e2e_fail "rx or scrape counters did not grow"
+  # stat --qp: RTT, window, pacing and one weight per path, measured.
+  [ -s "$WORK/qp.json" ] || e2e_fail "no stat --qp all taken during traffic"
+  sed -n '/transport:/,/path_weights/p' "$WORK/qp.txt" | head -5
+  python3 "$CHECK_JSON" "$DOC" "stat --qp" < "$WORK/qp.json" || e2e_fail "stat --qp JSON"
+  python3 -c '
+import json, sys
+qps = json.load(open(sys.argv[1]))
+ok = [q for q in qps if q["transport"]["srtt_ns"] > 0 and q["transport"]["cwnd_bytes"] > 0
+      and 0 < q["transport"]["min_rtt_ns"] <= q["transport"]["srtt_ns"] * 4
+      and q["transport"]["pacing_rate_bps"] > 0
+      and len(q["transport"]["path_weights_ppm"]) == int(sys.argv[2])
+      and all(0 < w <= 1000000 for w in q["transport"]["path_weights_ppm"])]
+print("QPs with measured transport state: %d of %d" % (len(ok), len(qps)))
+sys.exit(0 if ok else "no QP shows srtt, cwnd, pacing and %s path weights: %s" % (sys.argv[2], qps))' \
+    "$WORK/qp.json" "${MROCE_PATHS:-4}"
   # The page ctl and the endpoint agree on: the same counter names.
   ctl_a -j stat "$MROCE_DEV_A" | python3 -c '
 import json, sys

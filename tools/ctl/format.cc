@@ -1,6 +1,7 @@
 #include "tools/ctl/format.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "tools/ctl/json.h"
 
@@ -129,6 +130,58 @@ std::string json_counters(const std::vector<Counter>& counters) {
   JsonObject o;
   for (const Counter& c : counters) o.add(c.name, c.value);
   return o.str();
+}
+
+namespace {
+
+uint64_t counter(const std::vector<Counter>& counters, std::string_view name) {
+  for (const Counter& c : counters)
+    if (c.name == name) return c.value;
+  return 0;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string format_transport(const mroce_qp_transport_resp& t, const std::vector<Counter>& counters) {
+  std::string s = "  transport:\n    cc " + std::string(t.cc[0] ? t.cc : "-") + " rtt_us srtt " +
+                  fixed(t.srtt_ns / 1e3, 1) + " min " + fixed(t.min_rtt_ns / 1e3, 1) + " var " +
+                  fixed(t.rttvar_ns / 1e3, 1) + " rto " + fixed(t.rto_ns / 1e3, 1) + "\n";
+  s += "    cwnd_bytes " + std::to_string(t.cwnd_bytes) + " pacing_mbps " +
+       fixed(t.pacing_rate_bps / 1e6, 1) + " inflight " + std::to_string(t.pkts_in_flight) +
+       " pkts " + std::to_string(t.bytes_in_flight) + " bytes\n";
+  s += "    lost " + std::to_string(t.lost) + " retransmits " +
+       std::to_string(counter(counters, "tx_retransmits")) + " timeouts " +
+       std::to_string(counter(counters, "timeouts")) + "\n    path_weights";
+  for (uint32_t i = 0; i < t.num_paths && i < MROCE_MAX_PATHS; i++)
+    s += " " + fixed(t.path_weight_ppm[i] / 1e6, 3);
+  return s + "\n";
+}
+
+std::string json_transport(const mroce_qp_transport_resp& t, const std::vector<Counter>& counters) {
+  std::vector<std::string> weights;
+  for (uint32_t i = 0; i < t.num_paths && i < MROCE_MAX_PATHS; i++)
+    weights.push_back(std::to_string(t.path_weight_ppm[i]));
+  return JsonObject()
+      .add("cc", t.cc)
+      .add("srtt_ns", t.srtt_ns)
+      .add("min_rtt_ns", t.min_rtt_ns)
+      .add("rttvar_ns", t.rttvar_ns)
+      .add("rto_ns", t.rto_ns)
+      .add("cwnd_bytes", t.cwnd_bytes)
+      .add("pacing_rate_bps", t.pacing_rate_bps)
+      .add("bytes_in_flight", t.bytes_in_flight)
+      .add("pkts_in_flight", uint64_t{t.pkts_in_flight})
+      .add("lost", uint64_t{t.lost})
+      .add("retransmits", counter(counters, "tx_retransmits"))
+      .add("timeouts", counter(counters, "timeouts"))
+      .add_json("path_weights_ppm", json_array(weights))
+      .str();
 }
 
 }  // namespace metaroce::ctl

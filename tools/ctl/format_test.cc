@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
+
 #include "tools/ctl/json.h"
 
 namespace metaroce::ctl {
@@ -108,6 +110,34 @@ TEST_CASE("json__device_link_and_counters_have_the_documented_fields") {
         "{\"ifname\":\"metaroce0\",\"port\":1,\"state\":\"ACTIVE\",\"netdev\":\"mroce-va\","
         "\"daemon\":\"not-running\",\"pid\":0,\"socket\":\"/run/metaroce/metaroce0.sock\"}");
   CHECK(json_counters({{"tx_packets", 3}, {"timeouts", 0}}) == "{\"tx_packets\":3,\"timeouts\":0}");
+}
+
+TEST_CASE("transport__rtt_window_pacing_paths_and_loss") {
+  mroce_qp_transport_resp t{};
+  t.srtt_ns = 210500;
+  t.min_rtt_ns = 180200;
+  t.rttvar_ns = 12000;
+  t.rto_ns = 1000000;
+  t.cwnd_bytes = 65536;
+  t.pacing_rate_bps = 2496100000;
+  t.pkts_in_flight = 3;
+  t.bytes_in_flight = 12288;
+  t.num_paths = 2;
+  t.path_weight_ppm[0] = 1000000;
+  t.path_weight_ppm[1] = 500000;
+  std::strcpy(t.cc, "default");
+  std::vector<Counter> c = {{"tx_retransmits", 4}, {"timeouts", 1}};
+  CHECK(format_transport(t, c) ==
+        "  transport:\n    cc default rtt_us srtt 210.5 min 180.2 var 12.0 rto 1000.0\n"
+        "    cwnd_bytes 65536 pacing_mbps 2496.1 inflight 3 pkts 12288 bytes\n"
+        "    lost 0 retransmits 4 timeouts 1\n    path_weights 1.000 0.500\n");
+  CHECK(json_transport(t, c) ==
+        "{\"cc\":\"default\",\"srtt_ns\":210500,\"min_rtt_ns\":180200,\"rttvar_ns\":12000,"
+        "\"rto_ns\":1000000,\"cwnd_bytes\":65536,\"pacing_rate_bps\":2496100000,"
+        "\"bytes_in_flight\":12288,\"pkts_in_flight\":3,\"lost\":0,\"retransmits\":4,"
+        "\"timeouts\":1,\"path_weights_ppm\":[1000000,500000]}");
+  t.num_paths = 1000;  // a hostile count never reads past the array
+  CHECK(json_transport(t, c).size() < 2000);
 }
 
 }  // namespace

@@ -141,16 +141,20 @@ int stat(const Command& c) {
   if (c.qpn == kAllQps && client.list_qps(&qps, &why)) return fail(why);
   std::vector<std::string> json;
   for (uint32_t q : qps) {
-    if (client.query_counters(q, &counters, &why)) return fail("QP " + std::to_string(q) + ": " + why);
+    mroce_qp_transport_resp t{};
+    if (client.query_counters(q, &counters, &why) || client.query_qp_transport(q, &t, &why))
+      return fail("QP " + std::to_string(q) + ": " + why);
     if (c.json) {
       json.push_back(JsonObject()
                          .add("ifname", c.dev)
                          .add("qpn", uint64_t{q})
+                         .add_json("transport", json_transport(t, counters))
                          .add_json("counters", json_counters(counters))
                          .str());
       continue;
     }
-    std::cout << format_counters(c.dev + " qp " + std::to_string(q), counters, c.all);
+    std::cout << format_counters(c.dev + " qp " + std::to_string(q), counters, c.all)
+              << format_transport(t, counters);
   }
   if (c.json) return print_json(json), 0;
   if (qps.empty()) std::cout << c.dev << ": no QPs\n";
