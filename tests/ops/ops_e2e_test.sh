@@ -125,7 +125,7 @@ t_metrics_grow_during_traffic() {
       ctl_b -j stat --qp all "$MROCE_DEV_B" > "$WORK/qp.json.new" 2>/dev/null &&
         grep -q '"qpn"' "$WORK/qp.json.new" && mv "$WORK/qp.json.new" "$WORK/qp.json"
       ctl_b stat --qp all "$MROCE_DEV_B" > "$WORK/qp.txt.new" 2>/dev/null &&
-        grep -q 'transport:' "$WORK/qp.txt.new" && mv "$WORK/qp.txt.new" "$WORK/qp.txt"
+        grep -q 'transport state:' "$WORK/qp.txt.new" && mv "$WORK/qp.txt.new" "$WORK/qp.txt"
     fi
     sleep 0.2
   done
@@ -142,7 +142,7 @@ t_metrics_grow_during_traffic() {
   [ "$rx1" -gt 0 ] && [ "$scrapes" -ge "$((n + 2))" ] || e2e_fail "rx or scrape counters did not grow"
   # stat --qp: RTT, window, pacing and one weight per path, measured.
   [ -s "$WORK/qp.json" ] || e2e_fail "no stat --qp all taken during traffic"
-  sed -n '/transport:/,/path_weights/p' "$WORK/qp.txt" | head -5
+  sed -n '/transport state:/,/path_weights/p' "$WORK/qp.txt" | head -5
   python3 "$CHECK_JSON" "$DOC" "stat --qp" < "$WORK/qp.json" || e2e_fail "stat --qp JSON"
   python3 -c '
 import json, sys

@@ -149,7 +149,7 @@ std::string fixed(double v, int decimals) {
 }  // namespace
 
 std::string format_transport(const mroce_qp_transport_resp& t, const std::vector<Counter>& counters) {
-  std::string s = "  transport:\n    cc " + std::string(t.cc[0] ? t.cc : "-") + " rtt_us srtt " +
+  std::string s = "  transport state:\n    cc " + std::string(t.cc[0] ? t.cc : "-") + " rtt_us srtt " +
                   fixed(t.srtt_ns / 1e3, 1) + " min " + fixed(t.min_rtt_ns / 1e3, 1) + " var " +
                   fixed(t.rttvar_ns / 1e3, 1) + " rto " + fixed(t.rto_ns / 1e3, 1) + "\n";
   s += "    cwnd_bytes " + std::to_string(t.cwnd_bytes) + " pacing_mbps " +

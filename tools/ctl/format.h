@@ -49,7 +49,7 @@ const char* daemon_text(DaemonState s);
 
 // A QP's transport state (stat --qp N), with its loss and retransmission
 // counters taken from `counters`:
-//   "  transport:\n    cc default rtt_us srtt 210.5 min 180.2 var 12.0 rto 1000.0\n"
+//   "  transport state:\n    cc default rtt_us srtt 210.5 min 180.2 var 12.0 rto 1000.0\n"
 //   "    cwnd_bytes 65536 pacing_mbps 2496.1 inflight 3 pkts 12288 bytes\n"
 //   "    lost 0 retransmits 4 timeouts 0\n    path_weights 1.000 0.500\n"
 std::string format_transport(const mroce_qp_transport_resp& t, const std::vector<Counter>& counters);

@@ -128,7 +128,7 @@ TEST_CASE("transport__rtt_window_pacing_paths_and_loss") {
   std::strcpy(t.cc, "default");
   std::vector<Counter> c = {{"tx_retransmits", 4}, {"timeouts", 1}};
   CHECK(format_transport(t, c) ==
-        "  transport:\n    cc default rtt_us srtt 210.5 min 180.2 var 12.0 rto 1000.0\n"
+        "  transport state:\n    cc default rtt_us srtt 210.5 min 180.2 var 12.0 rto 1000.0\n"
         "    cwnd_bytes 65536 pacing_mbps 2496.1 inflight 3 pkts 12288 bytes\n"
         "    lost 0 retransmits 4 timeouts 1\n    path_weights 1.000 0.500\n");
   CHECK(json_transport(t, c) ==
