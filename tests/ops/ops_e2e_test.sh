@@ -6,6 +6,7 @@
 #     docs/operations.md §JSON documents,
 #   - the metrics endpoint, scraped during perftest traffic: counters grow,
 #     per-QP metrics appear,
+#   - monitor: QPs created/destroyed and the port down/up arrive as events,
 #   - readiness (NOTIFY_SOCKET) arrives only once the device is published,
 #   - bad input: a config with a wrong option, a second daemon for the same
 #     interface, a metrics port already in use: a clear message, non-zero exit.
@@ -228,6 +229,41 @@ t_metrics_port_in_use() {
   [ ! -e "$RUN_X/sysfs/class/infiniband/metaroce7" ] || e2e_fail "the refused daemon published a device"
 }
 
+# wait_line FILE REGEX: a line matching REGEX is appended to FILE (after
+# the lines it had at the previous wait_line) within 30 s.
+SEEN=0
+wait_line() {
+  local n
+  for _ in $(seq 1 300); do
+    n=$(tail -n "+$((SEEN + 1))" "$1" | grep -En -m1 -- "$2" | cut -d: -f1)
+    [ -n "$n" ] && { SEEN=$((SEEN + n)); return 0; }
+    sleep 0.1
+  done
+  echo "no new line matching /$2/ in 30 s:"; cat "$1"; return 1
+}
+
+t_monitor_streams_events() {
+  ip netns exec "$MROCE_NS_A" "$CTL" --run-dir "$MROCE_RUN_A" --sysfs-root "$MROCE_SYSFS_A" \
+    -j monitor "$MROCE_DEV_A" > "$WORK/mon" 2>&1 &
+  local mon=$!; track "$mon"
+  SEEN=0
+  wait_line "$WORK/mon" '"event":"daemon","what":"running"' || return 1
+  ip netns exec "$MROCE_NS_A" env SYSFS_PATH="$MROCE_SYSFS_A" "${TOOL_ENV[@]}" \
+    ibv_rc_pingpong -d "$MROCE_DEV_A" -g 1 -p 18713 > "$WORK/pp" 2>&1 &
+  local pp=$!; track "$pp"
+  wait_line "$WORK/mon" '"event":"qp","what":"created"' || return 1
+  kill "$pp"; wait "$pp" 2>/dev/null || true
+  wait_line "$WORK/mon" '"event":"qp","what":"destroyed"' || return 1
+  ip -n "$MROCE_NS_A" link set "$MROCE_IF_A" down
+  wait_line "$WORK/mon" '"event":"port","what":"DOWN"' || return 1
+  ip -n "$MROCE_NS_A" link set "$MROCE_IF_A" up
+  wait_line "$WORK/mon" '"event":"port","what":"ACTIVE"' || return 1
+  kill "$mon"; wait "$mon" || e2e_fail "monitor did not exit 0 on SIGTERM"
+  cat "$WORK/mon"
+  python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$WORK/mon" ||
+    e2e_fail "monitor -j printed a line that is not JSON"
+}
+
 if setup; then
   e2e_case json_every_command_has_documented_fields t_json_every_command
   e2e_case metrics_scraped_during_traffic_grow t_metrics_grow_during_traffic
@@ -236,6 +272,7 @@ if setup; then
   e2e_case bad_config_clear_message_exit_2 t_bad_config
   e2e_case second_daemon_same_interface_refused t_second_daemon_refused
   e2e_case metrics_port_in_use_refused t_metrics_port_in_use
+  e2e_case monitor_streams_qp_and_port_events t_monitor_streams_events
 else
   echo "FAIL: network setup"; E2E_FAILED=1
 fi

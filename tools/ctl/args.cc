@@ -9,6 +9,8 @@ const char* usage() {
          "  dev [show [NAME]]                  devices: state, GIDs, node GUID, netdev\n"
          "  stat [-a] [--qp N|all] DEV         counters of the device (or of QP N, or of every QP)\n"
          "  link [show [NAME]]                 devices and the metaroced serving each\n"
+         "  monitor DEV                        stream events: daemon, port up/down, QPs created and\n"
+         "                                     destroyed, error counters growing (until ^C)\n"
          "  link add NAME netdev IF [DAEMON OPTIONS...]\n"
          "                                     start metaroced for NAME (metaroceN) on interface IF\n"
          "                                     --persist: also write /etc/metaroce/IF.conf and\n"
@@ -199,7 +201,12 @@ struct Parser {
     if (is_one_of(o, {"dev", "device"})) return dev();
     if (is_one_of(o, {"stat", "statistic", "statistics"})) return stat();
     if (o == "link") return link();
-    return fail("unknown object '" + o + "' (known: dev, stat, link)");
+    if (o == "monitor") {
+      if (words.size() != 2) return fail("monitor needs exactly one device name: monitor DEV");
+      out->verb = Verb::kMonitor;
+      return device_name(words[1]);
+    }
+    return fail("unknown object '" + o + "' (known: dev, stat, link, monitor)");
   }
 };
 

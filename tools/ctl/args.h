@@ -17,6 +17,7 @@ enum class Verb {
   kLinkAdd,     // link add NAME netdev IF [daemon options...]
   kLinkDelete,  // link delete NAME
   kLinkShow,    // link [show [NAME]]
+  kMonitor,     // monitor DEV
 };
 
 // What the environment supplies (read by main(), injected by tests).

@@ -1,7 +1,13 @@
 // metaroce-ctl: inspect and manage MetaRoCE devices (see `metaroce-ctl -h`).
 // Exit status: 0 success, 1 the operation failed (message on stderr),
 // 2 bad command line (message and usage on stderr).
+#include <signal.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <memory>
+#include <thread>
 
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +21,7 @@
 #include "tools/ctl/format.h"
 #include "tools/ctl/json.h"
 #include "tools/ctl/link.h"
+#include "tools/ctl/monitor.h"
 #include "tools/ctl/persist.h"
 #include "tools/ctl/sysfs.h"
 
@@ -251,6 +258,81 @@ int link_delete(const Command& c) {
   return 0;
 }
 
+// ---- monitor ----
+
+constexpr int kMonitorIntervalMs = 200;
+constexpr size_t kMonitorMaxQps = 256;  // QPs whose counters are polled
+volatile sig_atomic_t g_stop = 0;
+
+// One poll of DEV. A failed call drops the connection (reopened next time).
+Snapshot take_snapshot(const Command& c, std::unique_ptr<ControlClient>* client) {
+  Snapshot s;
+  DeviceInfo d;
+  std::string why;
+  if (read_device(c.sysfs_root, c.run_dir, c.dev, &d, &why) == 0) s.port = d.state;
+  if (!*client) {
+    auto fresh = std::make_unique<ControlClient>();
+    fresh->set_timeout_ms(static_cast<int>(c.timeout_ms));
+    if (fresh->connect(socket_path(c.sysfs_root, c.run_dir, c.dev), c.dev, &why) ||
+        fresh->open_context(&why))
+      return s;
+    *client = std::move(fresh);
+  }
+  std::vector<Counter> counters;
+  std::vector<uint32_t> qps;
+  if ((*client)->query_counters(kDeviceCounters, &counters, &why) || (*client)->list_qps(&qps, &why)) {
+    client->reset();
+    return s;
+  }
+  s.daemon = true;
+  s.dev_errors = error_counters(counters);
+  for (size_t i = 0; i < qps.size(); i++) {
+    counters.clear();
+    // A QP destroyed since LIST_QPS answers ENOENT: it is simply gone.
+    if (i < kMonitorMaxQps && (*client)->query_counters(qps[i], &counters, &why)) continue;
+    s.qps[qps[i]] = error_counters(counters);
+  }
+  return s;
+}
+
+std::string now_text() {
+  auto t = std::chrono::system_clock::now();
+  std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                t.time_since_epoch()).count() % 1000);
+  char buf[40];
+  std::strftime(buf, sizeof(buf), "%FT%T", std::gmtime(&secs));
+  return std::string(buf) + "." + std::to_string(1000 + ms).substr(1) + "Z";
+}
+
+void print_events(const Command& c, const std::vector<Event>& events) {
+  for (const Event& e : events) {
+    std::string t = now_text();
+    std::cout << (c.json ? json_event(c.dev, e, t) : t + " " + format_event(c.dev, e)) << "\n";
+  }
+  std::cout.flush();
+}
+
+int monitor(const Command& c) {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_stop = 1; };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::unique_ptr<ControlClient> client;
+  Snapshot prev = take_snapshot(c, &client);
+  // The state at start (no error events: those counters are history).
+  std::vector<Event> start = diff_snapshots(Snapshot{!prev.daemon, "", {}, {}}, prev);
+  std::erase_if(start, [](const Event& e) { return e.kind == "error"; });
+  print_events(c, start);
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kMonitorIntervalMs));
+    Snapshot s = take_snapshot(c, &client);
+    print_events(c, diff_snapshots(prev, s));
+    prev = std::move(s);
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   Command c;
   std::string error;
@@ -266,6 +348,7 @@ int run(int argc, char** argv) {
     case Verb::kLinkShow: return link_show(c);
     case Verb::kLinkAdd: return link_add(c);
     case Verb::kLinkDelete: return link_delete(c);
+    case Verb::kMonitor: return monitor(c);
   }
   return 2;
 }
