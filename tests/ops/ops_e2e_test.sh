@@ -6,6 +6,7 @@
 #     docs/operations.md §JSON documents,
 #   - the metrics endpoint, scraped during perftest traffic: counters grow,
 #     per-QP metrics appear,
+#   - capture: a pcap of the device's frames the Wireshark dissector decodes,
 #   - monitor: QPs created/destroyed and the port down/up arrive as events,
 #   - readiness (NOTIFY_SOCKET) arrives only once the device is published,
 #   - bad input: a config with a wrong option, a second daemon for the same
@@ -229,19 +230,6 @@ t_metrics_port_in_use() {
   [ ! -e "$RUN_X/sysfs/class/infiniband/metaroce7" ] || e2e_fail "the refused daemon published a device"
 }
 
-# wait_line FILE REGEX: a line matching REGEX is appended to FILE (after
-# the lines it had at the previous wait_line) within 30 s.
-SEEN=0
-wait_line() {
-  local n
-  for _ in $(seq 1 300); do
-    n=$(tail -n "+$((SEEN + 1))" "$1" | grep -En -m1 -- "$2" | cut -d: -f1)
-    [ -n "$n" ] && { SEEN=$((SEEN + n)); return 0; }
-    sleep 0.1
-  done
-  echo "no new line matching /$2/ in 30 s:"; cat "$1"; return 1
-}
-
 t_monitor_streams_events() {
   ip netns exec "$MROCE_NS_A" "$CTL" --run-dir "$MROCE_RUN_A" --sysfs-root "$MROCE_SYSFS_A" \
     -j monitor "$MROCE_DEV_A" > "$WORK/mon" 2>&1 &
@@ -264,6 +252,40 @@ t_monitor_streams_events() {
     e2e_fail "monitor -j printed a line that is not JSON"
 }
 
+# wait_line FILE REGEX: a line matching REGEX is appended to FILE (after
+# the lines it had at the previous wait_line) within 30 s.
+SEEN=0
+wait_line() {
+  local n
+  for _ in $(seq 1 300); do
+    n=$(tail -n "+$((SEEN + 1))" "$1" | grep -En -m1 -- "$2" | cut -d: -f1)
+    [ -n "$n" ] && { SEEN=$((SEEN + n)); return 0; }
+    sleep 0.1
+  done
+  echo "no new line matching /$2/ in 30 s:"; cat "$1"; return 1
+}
+
+t_capture_pcap_for_the_dissector() {
+  local lua=$top/tools/wireshark/metaroce.lua
+  ctl_a capture "$MROCE_DEV_A" -w "$WORK/cap.pcap" --count 20 --duration 60 > "$WORK/cap.out" 2>&1 &
+  local cap=$!; track "$cap"
+  SEEN=0; wait_line "$WORK/cap.out" "^capturing $MROCE_DEV_A on $MROCE_IF_A" || return 1
+  ip netns exec "$MROCE_NS_A" env SYSFS_PATH="$MROCE_SYSFS_A" "${TOOL_ENV[@]}" \
+    ibv_rc_pingpong -d "$MROCE_DEV_A" -g 1 -p 18714 -n 2000 > "$WORK/pps" 2>&1 &
+  local srv=$!; track "$srv"
+  for _ in $(seq 1 100); do ip netns exec "$MROCE_NS_A" ss -ltn | grep -q ":18714 " && break; sleep 0.1; done
+  in_b ibv_rc_pingpong -d "$MROCE_DEV_B" -g 1 -p 18714 -n 2000 "$MROCE_IP_A" > "$WORK/ppc" 2>&1 ||
+    { cat "$WORK/ppc"; e2e_fail "pingpong client"; }
+  wait "$srv" || true
+  wait "$cap" || { cat "$WORK/cap.out"; e2e_fail "capture failed"; }
+  cat "$WORK/cap.out"
+  grep -q "^20 frames of $MROCE_DEV_A ($MROCE_IF_A) written to $WORK/cap.pcap$" "$WORK/cap.out" || e2e_fail "capture summary"
+  local n
+  n=$(HOME=$WORK tshark -n -X lua_script:"$lua" -r "$WORK/cap.pcap" -Y metaroce 2>/dev/null | wc -l)
+  echo "tshark with metaroce.lua decodes $n of 20 frames as MetaRoCE"
+  [ "$n" = 20 ] || e2e_fail "the dissector decoded $n of 20 captured frames"
+}
+
 if setup; then
   e2e_case json_every_command_has_documented_fields t_json_every_command
   e2e_case metrics_scraped_during_traffic_grow t_metrics_grow_during_traffic
@@ -272,6 +294,7 @@ if setup; then
   e2e_case bad_config_clear_message_exit_2 t_bad_config
   e2e_case second_daemon_same_interface_refused t_second_daemon_refused
   e2e_case metrics_port_in_use_refused t_metrics_port_in_use
+  e2e_case capture_pcap_decoded_by_dissector t_capture_pcap_for_the_dissector
   e2e_case monitor_streams_qp_and_port_events t_monitor_streams_events
 else
   echo "FAIL: network setup"; E2E_FAILED=1

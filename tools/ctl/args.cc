@@ -16,6 +16,9 @@ const char* usage() {
          "                                     --persist: also write /etc/metaroce/IF.conf and\n"
          "                                     enable metaroced@IF.service (survives a reboot)\n"
          "  link delete NAME                   stop the metaroced started by link add\n"
+         "  capture DEV -w FILE [--count N] [--duration S]\n"
+         "                                     pcap of DEV's MetaRoCE frames (UDP 4796) on its\n"
+         "                                     interface, for tshark with metaroce.lua\n"
          "options:\n"
          "  --sysfs-root DIR   published device tree (default $SYSFS_PATH, else /run/metaroce/sysfs)\n"
          "  --run-dir DIR      sockets, pidfiles and logs (default $METAROCE_RUN_DIR, else /run/metaroce)\n"
@@ -105,6 +108,14 @@ struct Parser {
         if (!parse_u32(v, &s) || s == 0 || s > 3600)
           return fail("--timeout expects seconds from 1 to 3600, got '" + v + "'");
         out->timeout_ms = s * 1000;
+      } else if (a == "-w") {
+        if (!value(&out->capture_file)) return false;
+        if (out->capture_file.empty()) return fail("-w needs a file name");
+      } else if (a == "--count" || a == "--duration") {
+        uint32_t n = 0;
+        if (!value(&v)) return false;
+        if (!parse_u32(v, &n) || n == 0) return fail(a + " expects a positive number, got '" + v + "'");
+        if (a == "--count") out->capture_count = n; else out->capture_duration_s = n;
       } else if (a == "--qp") {
         if (!value(&v)) return false;
         out->has_qp = true;
@@ -201,12 +212,18 @@ struct Parser {
     if (is_one_of(o, {"dev", "device"})) return dev();
     if (is_one_of(o, {"stat", "statistic", "statistics"})) return stat();
     if (o == "link") return link();
+    if (o == "capture") {
+      if (words.size() != 2) return fail("capture needs exactly one device name: capture DEV -w FILE");
+      if (out->capture_file.empty()) return fail("capture needs -w FILE (the pcap to write)");
+      out->verb = Verb::kCapture;
+      return device_name(words[1]);
+    }
     if (o == "monitor") {
       if (words.size() != 2) return fail("monitor needs exactly one device name: monitor DEV");
       out->verb = Verb::kMonitor;
       return device_name(words[1]);
     }
-    return fail("unknown object '" + o + "' (known: dev, stat, link, monitor)");
+    return fail("unknown object '" + o + "' (known: dev, stat, link, monitor, capture)");
   }
 };
 
@@ -218,6 +235,9 @@ bool parse_command_line(const std::vector<std::string>& args, const Env& env, Co
   Parser p(args, out, error);
   if (!p.scan() || !p.command()) return false;
   if (out->has_qp && out->verb != Verb::kStat) return p.fail("--qp only applies to stat");
+  if ((!out->capture_file.empty() || out->capture_count || out->capture_duration_s) &&
+      out->verb != Verb::kCapture)
+    return p.fail("-w, --count and --duration only apply to capture");
   if (!p.has_sysfs) out->sysfs_root = env.sysfs_path.empty() ? kDefaultSysfsRoot : env.sysfs_path;
   if (!p.has_run_dir) out->run_dir = env.run_dir.empty() ? "/run/metaroce" : env.run_dir;
   if (out->config_dir.empty())

@@ -18,6 +18,7 @@ enum class Verb {
   kLinkDelete,  // link delete NAME
   kLinkShow,    // link [show [NAME]]
   kMonitor,     // monitor DEV
+  kCapture,     // capture DEV -w FILE [--count N] [--duration S]
 };
 
 // What the environment supplies (read by main(), injected by tests).
@@ -42,6 +43,9 @@ struct Command {
   std::vector<std::string> daemon_args;  // link add: passed to metaroced as is
   uint32_t timeout_ms = 10000;           // --timeout SECONDS (link add/delete, control calls)
   bool persist = false;                  // link add ... --persist
+  std::string capture_file;              // capture -w FILE
+  uint64_t capture_count = 0;            // capture --count N (0: no limit)
+  uint32_t capture_duration_s = 0;       // capture --duration S (0: no limit)
   std::string config_dir;  // --config-dir, else $METAROCE_CONFIG_DIR, else /etc/metaroce
 };
 

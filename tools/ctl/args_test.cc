@@ -40,7 +40,7 @@ TEST_CASE("parse_command_line__dev_errors") {
         "device names are metaroceN (N a number), got 'mlx5_0'");
   CHECK(parse({"dev", "show", "metaroce0", "metaroce1"}).error ==
         "dev show takes at most one device name");
-  CHECK(parse({"nic"}).error == "unknown object 'nic' (known: dev, stat, link, monitor)");
+  CHECK(parse({"nic"}).error == "unknown object 'nic' (known: dev, stat, link, monitor, capture)");
   CHECK(parse({"-x", "dev"}).error == "unknown option '-x'");
 }
 

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "tools/ctl/args.h"
+#include "tools/ctl/capture.h"
 #include "tools/ctl/client.h"
 #include "tools/ctl/format.h"
 #include "tools/ctl/json.h"
@@ -333,6 +334,30 @@ int monitor(const Command& c) {
   return 0;
 }
 
+int capture(const Command& c) {
+  DeviceInfo d;
+  std::string why;
+  if (read_device(c.sysfs_root, c.run_dir, c.dev, &d, &why)) return fail(why);
+  if (d.netdev.empty()) return fail(c.dev + " publishes no interface (no GID has a netdev)");
+  CaptureRequest r;
+  r.netdev = d.netdev;
+  r.file = c.capture_file;
+  r.count = c.capture_count;
+  r.duration_s = c.capture_duration_s;
+  r.ready = [&] {
+    std::cerr << "capturing " << c.dev << " on " << d.netdev << " to " << r.file << "\n";
+  };
+  uint64_t frames = 0;
+  if (ctl::capture(r, &frames, &why)) return fail("capture " + c.dev + ": " + why);
+  if (c.json) {
+    print_json({JsonObject().add("ifname", c.dev).add("netdev", d.netdev).add("file", r.file)
+                    .add("frames", frames).str()});
+  } else {
+    std::cout << frames << " frames of " << c.dev << " (" << d.netdev << ") written to " << r.file << "\n";
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   Command c;
   std::string error;
@@ -349,6 +374,7 @@ int run(int argc, char** argv) {
     case Verb::kLinkAdd: return link_add(c);
     case Verb::kLinkDelete: return link_delete(c);
     case Verb::kMonitor: return monitor(c);
+    case Verb::kCapture: return capture(c);
   }
   return 2;
 }
