@@ -284,6 +284,9 @@ t_capture_pcap_for_the_dissector() {
   n=$(HOME=$WORK tshark -n -X lua_script:"$lua" -r "$WORK/cap.pcap" -Y metaroce 2>/dev/null | wc -l)
   echo "tshark with metaroce.lua decodes $n of 20 frames as MetaRoCE"
   [ "$n" = 20 ] || e2e_fail "the dissector decoded $n of 20 captured frames"
+  ctl_a -j capture "$MROCE_DEV_A" -w "$WORK/cap2.pcap" --duration 1 > "$WORK/j" 2>"$WORK/cap2.err" ||
+    { cat "$WORK/cap2.err"; e2e_fail "capture -j"; }
+  python3 "$CHECK_JSON" "$DOC" "capture" < "$WORK/j"
 }
 
 if setup; then
