@@ -173,7 +173,7 @@ void Device::handle(Client& c, const Request& req, Reply* out) {
   int err = EOPNOTSUPP;
   bool needs_context = req.op != MROCE_OP_OPEN_CONTEXT && req.op != MROCE_OP_QUERY_DEVICE &&
                        req.op != MROCE_OP_QUERY_PORT && req.op != MROCE_OP_QUERY_COUNTERS &&
-                       req.op != MROCE_OP_LIST_QPS;
+                       req.op != MROCE_OP_LIST_QPS && req.op != MROCE_OP_QUERY_QP_TRANSPORT;
   if (needs_context && c.async_fd < 0) {
     counters_.ctrl_errors++;
     out->err = EPROTO;
@@ -201,6 +201,7 @@ void Device::handle(Client& c, const Request& req, Reply* out) {
     case MROCE_OP_DESTROY_QP: err = op_destroy_qp(c, req, out); break;
     case MROCE_OP_QUERY_COUNTERS: err = op_query_counters(c, req, out); break;
     case MROCE_OP_LIST_QPS: err = op_list_qps(c, req, out); break;
+    case MROCE_OP_QUERY_QP_TRANSPORT: err = op_query_qp_transport(c, req, out); break;
     default:
       out->reason = "unknown control operation " + std::to_string(req.op);
       counters_.ctrl_malformed++;
@@ -984,6 +985,31 @@ void Device::port_event(bool up) {
   for (auto& [id, c] : clients_) {
     send_async(c, 1, up ? fw::EventType::kPortActive : fw::EventType::kPortErr);
   }
+}
+
+int Device::op_query_qp_transport(Client& c, const Request& r, Reply* out) {
+  MROCE_DECODE(mroce_handle_req, req);
+  fw::QpTransportStats t;
+  if (engine_->qp_transport(req.handle, now(), &t)) {
+    out->reason = "no such QP";
+    return ENOENT;
+  }
+  mroce_qp_transport_resp resp{};
+  resp.srtt_ns = t.srtt;
+  resp.min_rtt_ns = t.min_rtt;
+  resp.rttvar_ns = t.rttvar;
+  resp.rto_ns = t.rto;
+  resp.cwnd_bytes = t.cwnd_bytes;
+  resp.pacing_rate_bps = t.pacing_rate_bps;
+  resp.bytes_in_flight = t.bytes_in_flight;
+  resp.pkts_in_flight = t.pkts_in_flight;
+  resp.lost = t.lost;
+  resp.num_paths = static_cast<uint32_t>(std::min<size_t>(t.path_weights.size(), MROCE_MAX_PATHS));
+  std::strncpy(resp.cc, t.cc.c_str(), sizeof(resp.cc) - 1);
+  for (uint32_t i = 0; i < resp.num_paths; i++)
+    resp.path_weight_ppm[i] = static_cast<uint32_t>(t.path_weights[i] * 1e6 + 0.5);
+  encode(resp, &out->body);
+  return 0;
 }
 
 }  // namespace metaroce::daemon

@@ -228,6 +228,7 @@ class Device : fw::ClockInterface,
   int op_destroy_qp(Client& c, const Request& r, Reply* out);
   int op_query_counters(Client& c, const Request& r, Reply* out);
   int op_list_qps(Client& c, const Request& r, Reply* out);
+  int op_query_qp_transport(Client& c, const Request& r, Reply* out);
   mroce_device_attr device_attr() const;
   mroce_port_attr port_attr() const;
 

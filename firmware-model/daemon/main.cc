@@ -26,8 +26,10 @@
 #include "firmware-model/daemon/control_server.h"
 #include "firmware-model/daemon/daemon_loop.h"
 #include "firmware-model/daemon/device.h"
+#include "firmware-model/daemon/metrics.h"
 #include "firmware-model/daemon/net/netlink_monitor.h"
 #include "firmware-model/daemon/options.h"
+#include "firmware-model/daemon/service.h"
 #include "firmware-model/engine/congestion.h"
 #include "firmware-model/hw/probe.h"
 #include "kmod-shim/sysfs/sysfs_publisher.h"
@@ -181,6 +183,13 @@ int run(const Options& o) {
     return 1;
   }
 
+  std::string claim_why;
+  int claim = claim_interface(o.netdev, &claim_why);
+  if (claim < 0) {
+    log_line(claim_why);
+    return 1;
+  }
+
   kmod_shim::PublisherOptions po;
   po.sysfs_root = o.sysfs_root;
   po.uverbs_index = static_cast<uint32_t>(o.uverbs_index);
@@ -245,6 +254,16 @@ int run(const Options& o) {
     log_line(why);
     return 1;
   }
+  std::unique_ptr<MetricsServer> metrics;
+  if (o.metrics_port) {
+    metrics = std::make_unique<MetricsServer>(io, [&](const MetricsServerStats& s) {
+      return render_device_metrics(device, o.ibdev, s, MetricsLimits{}.max_qps);
+    });
+    if (metrics->start(o.metrics_addr, o.metrics_port, &why)) {
+      log_line(why);
+      return 1;
+    }
+  }
   if (!publisher.publish(link.device_info(cfg.node_guid), &why)) {
     log_line("cannot publish the device tree under " + o.sysfs_root + ": " + why);
     return 1;
@@ -296,12 +315,19 @@ int run(const Options& o) {
   };
   arm_usr1();
   log_line(o.ibdev + " up on " + o.netdev + " (" + publisher.dev_node_note() + "), " +
-           std::to_string(cfg.engine.port.gids.size()) + " GIDs, socket " + sock);
+           std::to_string(cfg.engine.port.gids.size()) + " GIDs, socket " + sock +
+           (metrics ? ", metrics on " + o.metrics_addr + ":" + std::to_string(metrics->port())
+                    : std::string()));
+  // Readiness only now: the device is published and its socket listens.
+  if (notify_service_manager("READY=1\nSTATUS=" + o.ibdev + " up on " + o.netdev, &why))
+    log_line(why);
   loop.run();
+  notify_service_manager("STOPPING=1", &why);
 
   publisher.unpublish();
   if (!o.pidfile.empty()) unlink(o.pidfile.c_str());
   close(doorbell);
+  close(claim);
   return 0;
 }
 
@@ -310,11 +336,12 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   using namespace metaroce::daemon;
-  std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> args;
   Options o;
   std::string error;
   bool help = false;
-  if (!parse_options(args, &o, &error, &help)) {
+  if (!expand_config_option({argv + 1, argv + argc}, &args, &error) ||
+      !parse_options(args, &o, &error, &help)) {
     std::fprintf(stderr, "metaroced: %s\n\n%s", error.c_str(), usage());
     return 2;
   }

@@ -1,5 +1,7 @@
 #include "firmware-model/daemon/options.h"
 
+#include <arpa/inet.h>
+
 #include <charconv>
 
 namespace metaroce::daemon {
@@ -36,6 +38,11 @@ const char* usage() {
          "  --pidfile FILE          write the daemon's pid here\n"
          "  --rt-priority N         run the NIC loop SCHED_FIFO at priority N, 0 = off (default\n"
          "                          10: a woken NIC must preempt busy-polling applications)\n"
+         "  --config FILE           read options from FILE first, one per line (\"paths 8\");\n"
+         "                          the command line overrides it (metaroced@IF reads\n"
+         "                          /etc/metaroce/IF.conf)\n"
+         "  --metrics [ADDR:]PORT   serve counters to Prometheus on http://ADDR:PORT/metrics (off by default;\n"
+         "                          ADDR defaults to 127.0.0.1)\n"
          "  -v                      log every control request\n";
 }
 
@@ -48,6 +55,28 @@ bool parse_u32(const std::string& s, uint32_t lo, uint32_t hi, uint32_t* out) {
   return true;
 }
 }  // namespace
+
+bool parse_listen_address(const std::string& s, std::string* addr, uint16_t* port,
+                          std::string* error) {
+  std::string a = "127.0.0.1", p = s;
+  size_t colon = s.rfind(':');
+  if (colon != std::string::npos) {
+    a = s.substr(0, colon);
+    p = s.substr(colon + 1);
+    if (a.size() > 2 && a.front() == '[' && a.back() == ']') a = a.substr(1, a.size() - 2);
+  }
+  uint32_t n = 0;
+  unsigned char buf[16];
+  bool v4 = inet_pton(AF_INET, a.c_str(), buf) == 1, v6 = inet_pton(AF_INET6, a.c_str(), buf) == 1;
+  if (!parse_u32(p, 1, 65535, &n) || !(v4 || v6)) {
+    *error = "--metrics expects [ADDR:]PORT (an IP address and a port 1..65535, IPv6 as "
+             "[ADDR]:PORT), got '" + s + "'";
+    return false;
+  }
+  *addr = a;
+  *port = static_cast<uint16_t>(n);
+  return true;
+}
 
 bool parse_options(const std::vector<std::string>& args, Options* o, std::string* error,
                    bool* help) {
@@ -145,6 +174,9 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
       if (!number(0, 99, &o->rt_priority)) return false;
     } else if (a == "--pidfile") {
       if (!value(&o->pidfile)) return false;
+    } else if (a == "--metrics") {
+      if (!value(&v) || !parse_listen_address(v, &o->metrics_addr, &o->metrics_port, error))
+        return false;
     } else {
       *error = "unknown argument '" + a + "' (see --help)";
       return false;

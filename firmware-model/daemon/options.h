@@ -31,7 +31,15 @@ struct Options {
   std::string pidfile;                // --pidfile FILE
   uint32_t rt_priority = 10;          // --rt-priority N (SCHED_FIFO; 0 = normal scheduling)
   bool verbose = false;               // -v
+  // --metrics [ADDR:]PORT: Prometheus text over HTTP (docs/operations.md); off
+  // when metrics_port is 0. ADDR defaults to 127.0.0.1 (IPv6 as [ADDR]).
+  std::string metrics_addr = "127.0.0.1";
+  uint16_t metrics_port = 0;
 };
+
+// "9464", "127.0.0.1:9464", "[::1]:9464" -> address and port (1..65535).
+bool parse_listen_address(const std::string& s, std::string* addr, uint16_t* port,
+                          std::string* error);
 
 // Parses argv. On error returns false and sets *error to a message naming
 // the bad argument and what is expected. --help sets *help.

@@ -123,4 +123,13 @@ Time DefaultCongestionControl::next_send_time(Time now, uint32_t bytes) {
   return now;
 }
 
+// cwnd per smoothed RTT, or the line-rate pacing when that is lower.
+uint64_t DefaultCongestionControl::pacing_rate_bps() const {
+  if (srtt_ <= 0) return 0;
+  double rate = cwnd_ * 8e9 / srtt_;
+  if (t_.pacing_line_rate > 0)
+    rate = std::min(rate, static_cast<double>(p_.link_bps) * t_.pacing_line_rate);
+  return static_cast<uint64_t>(rate);
+}
+
 }  // namespace metaroce::fw

@@ -36,6 +36,7 @@ class DefaultCongestionControl final : public CongestionControlInterface {
   uint64_t window_bytes() const override;
   Time next_send_time(Time now, uint32_t bytes) override;
   const char* name() const override { return "default"; }
+  uint64_t pacing_rate_bps() const override;
 
   // Observability for tests and counters.
   double cwnd_bytes() const { return cwnd_; }

@@ -35,6 +35,9 @@ class CongestionControlInterface {
   // it may leave now.
   virtual Time next_send_time(Time now, uint32_t bytes) = 0;
   virtual const char* name() const = 0;
+  // Observability: the rate the window and pacing allow, bits/s; 0 when
+  // unknown (no RTT sample yet, or an algorithm that does not say).
+  virtual uint64_t pacing_rate_bps() const { return 0; }
 };
 
 // Per-packet path choice over `num_paths` entropies, one instance per QP.
@@ -45,6 +48,9 @@ class PathSelectorInterface {
   virtual void on_ack(uint8_t path, Time rtt, bool ce, Time now) = 0;
   virtual void on_loss(uint8_t path, Time now) = 0;
   virtual uint32_t num_paths() const = 0;
+  // Observability: the share of sends path `path` would get at `now`, in
+  // (0, 1] before normalisation; 1 for selectors without weights.
+  virtual double path_weight(uint8_t path, Time now) const { return 1.0; }
 };
 
 // Receiver-side credit for incast, one per device: how many packets one QP's

@@ -832,4 +832,27 @@ std::string Engine::describe_qp(uint32_t qpn) const {
   return buf;
 }
 
+int Engine::qp_transport(uint32_t qpn, Time now, QpTransportStats* out) const {
+  const Qp* q = impl_->find_qp(qpn);
+  if (!q) return ENOENT;
+  *out = QpTransportStats{};
+  out->srtt = q->rtt.srtt();
+  out->min_rtt = q->rtt.min_rtt();
+  out->rttvar = q->rtt.rttvar();
+  out->rto = q->rtt.rto();
+  out->bytes_in_flight = q->sb.bytes_in_flight();
+  out->pkts_in_flight = q->sb.pkts_in_flight();
+  out->lost = q->sb.lost_count();
+  if (q->cc) {
+    out->cwnd_bytes = q->cc->window_bytes();
+    out->pacing_rate_bps = q->cc->pacing_rate_bps();
+    out->cc = q->cc->name();
+  }
+  if (q->paths) {
+    for (uint32_t p = 0; p < q->paths->num_paths(); p++)
+      out->path_weights.push_back(q->paths->path_weight(static_cast<uint8_t>(p), now));
+  }
+  return 0;
+}
+
 }  // namespace metaroce::fw

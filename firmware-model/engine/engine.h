@@ -66,6 +66,18 @@ struct Counters {
   uint64_t rx_drop_read_queue_full = 0;    // READ_REQ while the responder's READ queue is full
 };
 
+// What `Engine::qp_transport` reports (docs/operations.md §QP transport).
+struct QpTransportStats {
+  Time srtt = 0, min_rtt = 0, rttvar = 0, rto = 0;  // ns; 0 before the first sample
+  uint64_t cwnd_bytes = 0;       // congestion window
+  uint64_t pacing_rate_bps = 0;  // what window and pacing allow; 0 unknown
+  uint64_t bytes_in_flight = 0;
+  uint32_t pkts_in_flight = 0;
+  uint32_t lost = 0;             // packets marked lost, not yet retransmitted and acked
+  std::vector<double> path_weights;  // one per path entropy
+  std::string cc;                // congestion control's name
+};
+
 class Engine {
  public:
   Engine(const EngineConfig& config, Hal hal);
@@ -118,6 +130,9 @@ class Engine {
   std::vector<uint32_t> qp_numbers() const;
   // One line of a QP's transport state for logs and tests ("" if no such QP).
   std::string describe_qp(uint32_t qpn) const;
+  // A QP's transport state for operators (metaroce-ctl stat --qp N). Read
+  // only. ENOENT when there is no such QP.
+  int qp_transport(uint32_t qpn, Time now, QpTransportStats* out) const;
 
  private:
   struct Impl;

@@ -34,6 +34,12 @@ double WeightedSprayPathSelector::weight(uint8_t path, Time now) {
   return 1.0 - p.penalty;
 }
 
+double WeightedSprayPathSelector::path_weight(uint8_t path, Time now) const {
+  Path p = paths_[path % paths_.size()];  // decayed on a copy: observing changes nothing
+  decay(p, now);
+  return 1.0 - p.penalty;
+}
+
 uint8_t WeightedSprayPathSelector::next_path(Time now) {
   // Smooth weighted round robin (as in nginx): every path gains its weight,
   // the richest is chosen and pays the total. Deterministic and exact over

@@ -33,6 +33,7 @@ class WeightedSprayPathSelector final : public PathSelectorInterface {
 
   // Current weight of a path after decay to `now` (tests, counters).
   double weight(uint8_t path, Time now);
+  double path_weight(uint8_t path, Time now) const override;
 
  private:
   struct Path {

@@ -53,6 +53,7 @@ enum mroce_op {
   MROCE_OP_DESTROY_QP = 13,
   MROCE_OP_QUERY_COUNTERS = 14, /* device (qpn = 0xffffffff) or one QP */
   MROCE_OP_LIST_QPS = 15,
+  MROCE_OP_QUERY_QP_TRANSPORT = 16, /* mroce_handle_req (handle = qpn); no context needed */
 };
 
 struct mroce_msg_hdr {
@@ -205,6 +206,23 @@ struct mroce_query_counters_resp {
   uint32_t reserved;
   /* struct mroce_counter counters[n] follows */
 };
+
+/* QUERY_QP_TRANSPORT: a QP's transport state for operators (read only;
+ * docs/operations.md §QP transport). */
+#define MROCE_MAX_PATHS 64
+struct mroce_qp_transport_resp {
+  uint64_t srtt_ns, min_rtt_ns, rttvar_ns, rto_ns; /* 0 before the first RTT sample */
+  uint64_t cwnd_bytes;
+  uint64_t pacing_rate_bps;   /* what window and pacing allow; 0 unknown */
+  uint64_t bytes_in_flight;
+  uint32_t pkts_in_flight;
+  uint32_t lost;              /* packets marked lost, not yet repaired */
+  uint32_t num_paths;         /* entries of path_weight_ppm in use */
+  uint32_t reserved;
+  char cc[16];                /* congestion control's name, NUL-terminated */
+  uint32_t path_weight_ppm[MROCE_MAX_PATHS]; /* each path's weight * 1e6, in (0, 1e6] */
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_qp_transport_resp) == 344, "qp_transport_resp");
 
 /* ---------------- shared-memory rings ----------------
  *

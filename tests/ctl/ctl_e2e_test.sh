@@ -57,7 +57,7 @@ case_usage_errors_exit_2() {
   local rc=0
   "$CTL" frob >"$OUT" 2>&1 || rc=$?
   [ "$rc" = 2 ] || { echo "exit $rc"; cat "$OUT"; return 1; }
-  expect_line "$OUT" "^metaroce-ctl: unknown object 'frob' \(known: dev, stat, link\)$"
+  expect_line "$OUT" "^metaroce-ctl: unknown object 'frob' \(known: dev, stat, link, monitor, capture\)$"
   expect_line "$OUT" "^usage: metaroce-ctl"
   rc=0; "$CTL" link add metaroce9 >"$OUT" 2>&1 || rc=$?
   [ "$rc" = 2 ] && expect_line "$OUT" "needs the interface: link add metaroce9 netdev IF"

@@ -9,14 +9,24 @@ const char* usage() {
          "  dev [show [NAME]]                  devices: state, GIDs, node GUID, netdev\n"
          "  stat [-a] [--qp N|all] DEV         counters of the device (or of QP N, or of every QP)\n"
          "  link [show [NAME]]                 devices and the metaroced serving each\n"
+         "  monitor DEV                        stream events: daemon, port up/down, QPs created and\n"
+         "                                     destroyed, error counters growing (until ^C)\n"
          "  link add NAME netdev IF [DAEMON OPTIONS...]\n"
          "                                     start metaroced for NAME (metaroceN) on interface IF\n"
+         "                                     --persist: also write /etc/metaroce/IF.conf and\n"
+         "                                     enable metaroced@IF.service (survives a reboot)\n"
          "  link delete NAME                   stop the metaroced started by link add\n"
+         "  capture DEV -w FILE [--count N] [--duration S]\n"
+         "                                     pcap of DEV's MetaRoCE frames (UDP 4796) on its\n"
+         "                                     interface, for tshark with metaroce.lua\n"
          "options:\n"
          "  --sysfs-root DIR   published device tree (default $SYSFS_PATH, else /run/metaroce/sysfs)\n"
          "  --run-dir DIR      sockets, pidfiles and logs (default $METAROCE_RUN_DIR, else /run/metaroce)\n"
          "  --timeout SECONDS  how long to wait for metaroced (default 10)\n"
+         "  --config-dir DIR   link add --persist: where IF.conf goes (default $METAROCE_CONFIG_DIR,\n"
+         "                     else /etc/metaroce)\n"
          "  -a                 stat: show zero counters too\n"
+         "  -j, --json         JSON output, one array per command (docs/operations.md)\n"
          "  -h, --help         this text\n"
          "metaroced is found as $METAROCED, else next to metaroce-ctl, else on PATH.\n";
 }
@@ -82,18 +92,30 @@ struct Parser {
         help = true;
       } else if (a == "-a" || a == "--all") {
         out->all = true;
+      } else if (a == "-j" || a == "--json") {
+        out->json = true;
       } else if (a == "--sysfs-root") {
         if (!value(&out->sysfs_root)) return false;
         has_sysfs = true;
       } else if (a == "--run-dir") {
         if (!value(&out->run_dir)) return false;
         has_run_dir = true;
+      } else if (a == "--config-dir") {
+        if (!value(&out->config_dir)) return false;
       } else if (a == "--timeout") {
         uint32_t s = 0;
         if (!value(&v)) return false;
         if (!parse_u32(v, &s) || s == 0 || s > 3600)
           return fail("--timeout expects seconds from 1 to 3600, got '" + v + "'");
         out->timeout_ms = s * 1000;
+      } else if (a == "-w") {
+        if (!value(&out->capture_file)) return false;
+        if (out->capture_file.empty()) return fail("-w needs a file name");
+      } else if (a == "--count" || a == "--duration") {
+        uint32_t n = 0;
+        if (!value(&v)) return false;
+        if (!parse_u32(v, &n) || n == 0) return fail(a + " expects a positive number, got '" + v + "'");
+        if (a == "--count") out->capture_count = n; else out->capture_duration_s = n;
       } else if (a == "--qp") {
         if (!value(&v)) return false;
         out->has_qp = true;
@@ -166,6 +188,15 @@ struct Parser {
     if (out->netdev.empty() || out->netdev.size() >= 16 ||
         out->netdev.find('/') != std::string::npos)
       return fail("'" + out->netdev + "' is not a network interface name");
+    auto& d = out->daemon_args;
+    for (auto it = d.begin(); it != d.end();) {
+      if (*it == "--persist") {
+        out->persist = true;
+        it = d.erase(it);
+      } else {
+        ++it;
+      }
+    }
     for (const std::string& a : out->daemon_args) {
       if (reserved_daemon_option(a))
         return fail(a + " is set by metaroce-ctl; use metaroce-ctl's own --run-dir/--sysfs-root");
@@ -181,7 +212,18 @@ struct Parser {
     if (is_one_of(o, {"dev", "device"})) return dev();
     if (is_one_of(o, {"stat", "statistic", "statistics"})) return stat();
     if (o == "link") return link();
-    return fail("unknown object '" + o + "' (known: dev, stat, link)");
+    if (o == "capture") {
+      if (words.size() != 2) return fail("capture needs exactly one device name: capture DEV -w FILE");
+      if (out->capture_file.empty()) return fail("capture needs -w FILE (the pcap to write)");
+      out->verb = Verb::kCapture;
+      return device_name(words[1]);
+    }
+    if (o == "monitor") {
+      if (words.size() != 2) return fail("monitor needs exactly one device name: monitor DEV");
+      out->verb = Verb::kMonitor;
+      return device_name(words[1]);
+    }
+    return fail("unknown object '" + o + "' (known: dev, stat, link, monitor, capture)");
   }
 };
 
@@ -193,8 +235,13 @@ bool parse_command_line(const std::vector<std::string>& args, const Env& env, Co
   Parser p(args, out, error);
   if (!p.scan() || !p.command()) return false;
   if (out->has_qp && out->verb != Verb::kStat) return p.fail("--qp only applies to stat");
+  if ((!out->capture_file.empty() || out->capture_count || out->capture_duration_s) &&
+      out->verb != Verb::kCapture)
+    return p.fail("-w, --count and --duration only apply to capture");
   if (!p.has_sysfs) out->sysfs_root = env.sysfs_path.empty() ? kDefaultSysfsRoot : env.sysfs_path;
   if (!p.has_run_dir) out->run_dir = env.run_dir.empty() ? "/run/metaroce" : env.run_dir;
+  if (out->config_dir.empty())
+    out->config_dir = env.config_dir.empty() ? "/etc/metaroce" : env.config_dir;
   if (out->sysfs_root.empty() || out->run_dir.empty())
     return p.fail("--sysfs-root and --run-dir need a directory");
   return true;

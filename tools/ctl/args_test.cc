@@ -40,7 +40,7 @@ TEST_CASE("parse_command_line__dev_errors") {
         "device names are metaroceN (N a number), got 'mlx5_0'");
   CHECK(parse({"dev", "show", "metaroce0", "metaroce1"}).error ==
         "dev show takes at most one device name");
-  CHECK(parse({"nic"}).error == "unknown object 'nic' (known: dev, stat, link)");
+  CHECK(parse({"nic"}).error == "unknown object 'nic' (known: dev, stat, link, monitor, capture)");
   CHECK(parse({"-x", "dev"}).error == "unknown option '-x'");
 }
 
@@ -48,10 +48,10 @@ TEST_CASE("parse_command_line__sysfs_root_and_run_dir_precedence") {
   Parsed d = parse({"dev"});
   CHECK(d.c.sysfs_root == "/run/metaroce/sysfs");
   CHECK(d.c.run_dir == "/run/metaroce");
-  Parsed e = parse({"dev"}, Env{"/tmp/sys", "/tmp/run"});
+  Parsed e = parse({"dev"}, Env{"/tmp/sys", "/tmp/run", ""});
   CHECK(e.c.sysfs_root == "/tmp/sys");
   CHECK(e.c.run_dir == "/tmp/run");
-  Parsed o = parse({"--sysfs-root", "/x", "dev", "--run-dir", "/y"}, Env{"/tmp/sys", "/tmp/run"});
+  Parsed o = parse({"--sysfs-root", "/x", "dev", "--run-dir", "/y"}, Env{"/tmp/sys", "/tmp/run", ""});
   CHECK(o.c.sysfs_root == "/x");
   CHECK(o.c.run_dir == "/y");
   CHECK(parse({"dev", "--sysfs-root"}).error == "--sysfs-root needs a value");

@@ -21,7 +21,7 @@ constexpr const char* kOpNames[] = {
     nullptr,       "OPEN_CONTEXT", "QUERY_DEVICE", "QUERY_PORT", "ALLOC_PD",
     "DEALLOC_PD",  "REG_MR",       "DEREG_MR",     "CREATE_CQ",  "DESTROY_CQ",
     "CREATE_QP",   "MODIFY_QP",    "QUERY_QP",     "DESTROY_QP", "QUERY_COUNTERS",
-    "LIST_QPS",
+    "LIST_QPS",    "QUERY_QP_TRANSPORT",
 };
 
 void close_fds(msghdr* msg) {
@@ -188,6 +188,23 @@ int ControlClient::list_qps(std::vector<uint32_t>* out, std::string* why) {
   }
   out->resize(n);
   if (n) std::memcpy(out->data(), body.data() + sizeof(n), n * sizeof(uint32_t));
+  return 0;
+}
+
+int ControlClient::query_qp_transport(uint32_t qpn, mroce_qp_transport_resp* out,
+                                      std::string* why) {
+  mroce_handle_req req{qpn, 0};
+  std::vector<uint8_t> body;
+  int err = call(MROCE_OP_QUERY_QP_TRANSPORT, &req, sizeof(req), &body, why);
+  if (err) return err;
+  if (body.size() != sizeof(*out)) {
+    *why = "QUERY_QP_TRANSPORT: reply body of " + std::to_string(body.size()) + " bytes, expected " +
+           std::to_string(sizeof(*out));
+    return EPROTO;
+  }
+  std::memcpy(out, body.data(), sizeof(*out));
+  out->cc[sizeof(out->cc) - 1] = 0;
+  if (out->num_paths > MROCE_MAX_PATHS) out->num_paths = MROCE_MAX_PATHS;
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "firmware-model/uapi/metaroce_abi.h"
 #include "tools/ctl/format.h"
 
 namespace metaroce::ctl {
@@ -41,6 +42,8 @@ class ControlClient {
   // qpn 0xffffffff: device counters.
   int query_counters(uint32_t qpn, std::vector<Counter>* out, std::string* why);
   int list_qps(std::vector<uint32_t>* out, std::string* why);
+  // RTT, window, pacing, paths of one QP (QUERY_QP_TRANSPORT).
+  int query_qp_transport(uint32_t qpn, mroce_qp_transport_resp* out, std::string* why);
 
  private:
   int fd_ = -1;

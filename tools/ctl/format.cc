@@ -1,10 +1,11 @@
 #include "tools/ctl/format.h"
 
 #include <algorithm>
+#include <cstdio>
+
+#include "tools/ctl/json.h"
 
 namespace metaroce::ctl {
-
-namespace {
 
 const char* daemon_text(DaemonState s) {
   switch (s) {
@@ -14,6 +15,8 @@ const char* daemon_text(DaemonState s) {
   }
   return "unknown";
 }
+
+namespace {
 
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
@@ -87,6 +90,106 @@ std::string format_counters(const std::string& title, const std::vector<Counter>
                                 " counters are zero (-a shows them)\n";
   }
   return s;
+}
+
+std::string json_device(const DeviceInfo& d, DaemonState daemon) {
+  std::vector<std::string> gids;
+  for (const Gid& g : d.gids) {
+    gids.push_back(JsonObject()
+                       .add("index", static_cast<uint64_t>(g.index))
+                       .add("gid", g.raw)
+                       .add("ip", g.ip)
+                       .add("type", g.type)
+                       .str());
+  }
+  return JsonObject()
+      .add("ifname", d.name)
+      .add("state", d.state)
+      .add("physical_state", d.phys_state)
+      .add("netdev", d.netdev)
+      .add("node_guid", d.node_guid)
+      .add("fw", d.fw_ver)
+      .add("daemon", daemon_text(daemon))
+      .add_json("gids", json_array(gids))
+      .str();
+}
+
+std::string json_link(const DeviceInfo& d, DaemonState daemon, int pid) {
+  return JsonObject()
+      .add("ifname", d.name)
+      .add("port", uint64_t{1})
+      .add("state", d.state)
+      .add("netdev", d.netdev)
+      .add("daemon", daemon_text(daemon))
+      .add("pid", static_cast<uint64_t>(pid > 0 ? pid : 0))
+      .add("socket", d.socket_path)
+      .str();
+}
+
+std::string json_counters(const std::vector<Counter>& counters) {
+  JsonObject o;
+  for (const Counter& c : counters) o.add(c.name, c.value);
+  return o.str();
+}
+
+namespace {
+
+uint64_t counter(const std::vector<Counter>& counters, std::string_view name) {
+  for (const Counter& c : counters)
+    if (c.name == name) return c.value;
+  return 0;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+}  // namespace
+
+// Appends only: GCC 12 at -O3 warns falsely (-Wrestrict) on
+// "literal" + std::string&& chains.
+std::string format_transport(const mroce_qp_transport_resp& t, const std::vector<Counter>& counters) {
+  std::string s = "  transport state:\n    cc ";
+  s.append(t.cc[0] ? t.cc : "-");
+  s.append(" rtt_us srtt ").append(fixed(t.srtt_ns / 1e3, 1));
+  s.append(" min ").append(fixed(t.min_rtt_ns / 1e3, 1));
+  s.append(" var ").append(fixed(t.rttvar_ns / 1e3, 1));
+  s.append(" rto ").append(fixed(t.rto_ns / 1e3, 1));
+  s.append("\n    cwnd_bytes ").append(std::to_string(t.cwnd_bytes));
+  s.append(" pacing_mbps ").append(fixed(t.pacing_rate_bps / 1e6, 1));
+  s.append(" inflight ").append(std::to_string(t.pkts_in_flight));
+  s.append(" pkts ").append(std::to_string(t.bytes_in_flight));
+  s.append(" bytes\n    lost ").append(std::to_string(t.lost));
+  s.append(" retransmits ").append(std::to_string(counter(counters, "tx_retransmits")));
+  s.append(" timeouts ").append(std::to_string(counter(counters, "timeouts")));
+  s.append("\n    path_weights");
+  for (uint32_t i = 0; i < t.num_paths && i < MROCE_MAX_PATHS; i++)
+    s.append(" ").append(fixed(t.path_weight_ppm[i] / 1e6, 3));
+  s.append("\n");
+  return s;
+}
+
+std::string json_transport(const mroce_qp_transport_resp& t, const std::vector<Counter>& counters) {
+  std::vector<std::string> weights;
+  for (uint32_t i = 0; i < t.num_paths && i < MROCE_MAX_PATHS; i++)
+    weights.push_back(std::to_string(t.path_weight_ppm[i]));
+  return JsonObject()
+      .add("cc", t.cc)
+      .add("srtt_ns", t.srtt_ns)
+      .add("min_rtt_ns", t.min_rtt_ns)
+      .add("rttvar_ns", t.rttvar_ns)
+      .add("rto_ns", t.rto_ns)
+      .add("cwnd_bytes", t.cwnd_bytes)
+      .add("pacing_rate_bps", t.pacing_rate_bps)
+      .add("bytes_in_flight", t.bytes_in_flight)
+      .add("pkts_in_flight", uint64_t{t.pkts_in_flight})
+      .add("lost", uint64_t{t.lost})
+      .add("retransmits", counter(counters, "tx_retransmits"))
+      .add("timeouts", counter(counters, "timeouts"))
+      .add_json("path_weights_ppm", json_array(weights))
+      .str();
 }
 
 }  // namespace metaroce::ctl

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "firmware-model/uapi/metaroce_abi.h"
 #include "tools/ctl/sysfs.h"
 
 namespace metaroce::ctl {
@@ -35,5 +36,25 @@ std::string_view counter_group(std::string_view name);
 // that become empty); if nothing is left a line says so.
 std::string format_counters(const std::string& title, const std::vector<Counter>& counters,
                             bool all);
+
+// The same objects as JSON (docs/operations.md §JSON lists the fields).
+// dev:  {"ifname","state","physical_state","netdev","node_guid","fw","daemon",
+//        "gids":[{"index","gid","ip","type"}]}
+// link: {"ifname","port","state","netdev","daemon","pid","socket"}
+// counters: {"NAME": value, ...}, every counter (zero ones too).
+std::string json_device(const DeviceInfo& d, DaemonState daemon);
+std::string json_link(const DeviceInfo& d, DaemonState daemon, int pid);
+std::string json_counters(const std::vector<Counter>& counters);
+const char* daemon_text(DaemonState s);
+
+// A QP's transport state (stat --qp N), with its loss and retransmission
+// counters taken from `counters`:
+//   "  transport state:\n    cc default rtt_us srtt 210.5 min 180.2 var 12.0 rto 1000.0\n"
+//   "    cwnd_bytes 65536 pacing_mbps 2496.1 inflight 3 pkts 12288 bytes\n"
+//   "    lost 0 retransmits 4 timeouts 0\n    path_weights 1.000 0.500\n"
+std::string format_transport(const mroce_qp_transport_resp& t, const std::vector<Counter>& counters);
+// {"cc","srtt_ns","min_rtt_ns","rttvar_ns","rto_ns","cwnd_bytes","pacing_rate_bps",
+//  "bytes_in_flight","pkts_in_flight","lost","retransmits","timeouts","path_weights_ppm":[...]}
+std::string json_transport(const mroce_qp_transport_resp& t, const std::vector<Counter>& counters);
 
 }  // namespace metaroce::ctl

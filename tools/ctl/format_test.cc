@@ -2,6 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
+
+#include "tools/ctl/json.h"
+
 namespace metaroce::ctl {
 namespace {
 
@@ -87,6 +91,53 @@ TEST_CASE("format_counters__all_zero_says_so") {
   CHECK(format_counters("q", {{"tx_packets", 0}, {"rx_packets", 0}}, false) ==
         "q:\n  all 2 counters are zero (-a shows them)\n");
   CHECK(format_counters("q", {}, false) == "q:\n  (no counters)\n");
+}
+
+TEST_CASE("json__strings_are_escaped") {
+  CHECK(json_string("a\"b\\c\nd\x01") == "\"a\\\"b\\\\c\\nd\\u0001\"");
+  CHECK(JsonObject().add("n", uint64_t{18446744073709551615u}).add_bool("ok", false).str() ==
+        "{\"n\":18446744073709551615,\"ok\":false}");
+  CHECK(json_array({}) == "[]");
+}
+
+TEST_CASE("json__device_link_and_counters_have_the_documented_fields") {
+  CHECK(json_device(device(), DaemonState::kRunning) ==
+        "{\"ifname\":\"metaroce0\",\"state\":\"ACTIVE\",\"physical_state\":\"LinkUp\","
+        "\"netdev\":\"mroce-va\",\"node_guid\":\"0200:5eff:fe00:0001\",\"fw\":\"\","
+        "\"daemon\":\"running\",\"gids\":[{\"index\":1,\"gid\":"
+        "\"0000:0000:0000:0000:0000:ffff:0a4d:0001\",\"ip\":\"10.77.0.1\",\"type\":\"RoCE v2\"}]}");
+  CHECK(json_link(device(), DaemonState::kNotRunning, 0) ==
+        "{\"ifname\":\"metaroce0\",\"port\":1,\"state\":\"ACTIVE\",\"netdev\":\"mroce-va\","
+        "\"daemon\":\"not-running\",\"pid\":0,\"socket\":\"/run/metaroce/metaroce0.sock\"}");
+  CHECK(json_counters({{"tx_packets", 3}, {"timeouts", 0}}) == "{\"tx_packets\":3,\"timeouts\":0}");
+}
+
+TEST_CASE("transport__rtt_window_pacing_paths_and_loss") {
+  mroce_qp_transport_resp t{};
+  t.srtt_ns = 210500;
+  t.min_rtt_ns = 180200;
+  t.rttvar_ns = 12000;
+  t.rto_ns = 1000000;
+  t.cwnd_bytes = 65536;
+  t.pacing_rate_bps = 2496100000;
+  t.pkts_in_flight = 3;
+  t.bytes_in_flight = 12288;
+  t.num_paths = 2;
+  t.path_weight_ppm[0] = 1000000;
+  t.path_weight_ppm[1] = 500000;
+  std::strcpy(t.cc, "default");
+  std::vector<Counter> c = {{"tx_retransmits", 4}, {"timeouts", 1}};
+  CHECK(format_transport(t, c) ==
+        "  transport state:\n    cc default rtt_us srtt 210.5 min 180.2 var 12.0 rto 1000.0\n"
+        "    cwnd_bytes 65536 pacing_mbps 2496.1 inflight 3 pkts 12288 bytes\n"
+        "    lost 0 retransmits 4 timeouts 1\n    path_weights 1.000 0.500\n");
+  CHECK(json_transport(t, c) ==
+        "{\"cc\":\"default\",\"srtt_ns\":210500,\"min_rtt_ns\":180200,\"rttvar_ns\":12000,"
+        "\"rto_ns\":1000000,\"cwnd_bytes\":65536,\"pacing_rate_bps\":2496100000,"
+        "\"bytes_in_flight\":12288,\"pkts_in_flight\":3,\"lost\":0,\"retransmits\":4,"
+        "\"timeouts\":1,\"path_weights_ppm\":[1000000,500000]}");
+  t.num_paths = 1000;  // a hostile count never reads past the array
+  CHECK(json_transport(t, c).size() < 2000);
 }
 
 }  // namespace

@@ -131,13 +131,16 @@ std::string find_metaroced(const std::string& env, const std::string& self_dir,
     return "";
   }
   if (!self_dir.empty() && executable(self_dir + "/metaroced")) return self_dir + "/metaroced";
+  // Installed: /usr/bin/metaroce-ctl, /usr/sbin/metaroced (not on every PATH).
+  std::string sbin = self_dir + "/../sbin/metaroced";
+  if (!self_dir.empty() && executable(sbin)) return sbin;
   std::stringstream ss(path);
   std::string dir;
   while (std::getline(ss, dir, ':')) {
     if (!dir.empty() && executable(dir + "/metaroced")) return dir + "/metaroced";
   }
   *why = "cannot find metaroced: not in $METAROCED, not next to metaroce-ctl (" + self_dir +
-         "), not on PATH";
+         ") nor in its ../sbin, not on PATH";
   return "";
 }
 

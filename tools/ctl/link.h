@@ -25,7 +25,8 @@ std::vector<std::string> daemon_command(const std::string& metaroced, const std:
                                         const std::vector<std::string>& extra);
 
 // Where metaroced is: $METAROCED (given as `env`), else next to this
-// program (`self_dir`), else the first match on `path` ($PATH).
+// program (`self_dir`), else in `self_dir`/../sbin (the package's layout),
+// else the first match on `path` ($PATH).
 // "" with *why when none is executable.
 std::string find_metaroced(const std::string& env, const std::string& self_dir,
                            const std::string& path, std::string* why);

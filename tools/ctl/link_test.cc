@@ -50,8 +50,19 @@ TEST_CASE("find_metaroced__env_then_self_dir_then_path") {
   CHECK(why == "METAROCED=" + a.path + "/nope is not an executable file");
   CHECK(find_metaroced("", "/nonexistent", "/x", &why) == "");
   CHECK(why ==
-        "cannot find metaroced: not in $METAROCED, not next to metaroce-ctl (/nonexistent), "
-        "not on PATH");
+        "cannot find metaroced: not in $METAROCED, not next to metaroce-ctl (/nonexistent) nor in "
+        "its ../sbin, not on PATH");
+}
+
+TEST_CASE("find_metaroced__installed_layout_bin_and_sbin") {
+  TempDir d;
+  std::string bin = d.path + "/bin", sbin = d.path + "/sbin";
+  REQUIRE(mkdir(bin.c_str(), 0755) == 0);
+  REQUIRE(mkdir(sbin.c_str(), 0755) == 0);
+  { std::ofstream(sbin + "/metaroced") << "#!/bin/sh\n"; }
+  REQUIRE(chmod((sbin + "/metaroced").c_str(), 0755) == 0);
+  std::string why;
+  CHECK(find_metaroced("", bin, "/nonexistent", &why) == bin + "/../sbin/metaroced");
 }
 
 TEST_CASE("tail_lines__last_n_indented") {

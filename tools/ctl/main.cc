@@ -1,7 +1,13 @@
 // metaroce-ctl: inspect and manage MetaRoCE devices (see `metaroce-ctl -h`).
 // Exit status: 0 success, 1 the operation failed (message on stderr),
 // 2 bad command line (message and usage on stderr).
+#include <signal.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <memory>
+#include <thread>
 
 #include <cerrno>
 #include <cstdio>
@@ -11,9 +17,13 @@
 #include <set>
 
 #include "tools/ctl/args.h"
+#include "tools/ctl/capture.h"
 #include "tools/ctl/client.h"
 #include "tools/ctl/format.h"
+#include "tools/ctl/json.h"
 #include "tools/ctl/link.h"
+#include "tools/ctl/monitor.h"
+#include "tools/ctl/persist.h"
 #include "tools/ctl/sysfs.h"
 
 namespace metaroce::ctl {
@@ -53,15 +63,24 @@ int devices(const Command& c, std::vector<std::string>* names) {
   return 0;
 }
 
+// -j: the command's objects as one JSON array on stdout.
+void print_json(const std::vector<std::string>& items) { std::cout << json_array(items) << "\n"; }
+
 int dev_show(const Command& c) {
-  std::vector<std::string> names;
+  std::vector<std::string> names, json;
   if (int rc = devices(c, &names)) return rc;
   for (const std::string& n : names) {
     DeviceInfo d;
     std::string why;
     if (read_device(c.sysfs_root, c.run_dir, n, &d, &why)) return fail(why);
-    std::cout << format_device(d, daemon_state(d.socket_path));
+    DaemonState state = daemon_state(d.socket_path);
+    if (c.json) {
+      json.push_back(json_device(d, state));
+    } else {
+      std::cout << format_device(d, state);
+    }
   }
+  if (c.json) print_json(json);
   return 0;
 }
 
@@ -77,6 +96,7 @@ int link_show(const Command& c) {
         names.push_back(n);
     }
   }
+  std::vector<std::string> json;
   for (const std::string& n : names) {
     DeviceInfo d;
     std::string why;
@@ -87,8 +107,13 @@ int link_show(const Command& c) {
     }
     pid_t pid = read_pidfile(link_paths(c.run_dir, n).pidfile);
     if (!is_live_daemon(pid, n)) pid = 0;
-    std::cout << format_link(d, daemon_state(d.socket_path), pid);
+    if (c.json) {
+      json.push_back(json_link(d, daemon_state(d.socket_path), pid));
+    } else {
+      std::cout << format_link(d, daemon_state(d.socket_path), pid);
+    }
   }
+  if (c.json) print_json(json);
   return 0;
 }
 
@@ -104,6 +129,16 @@ int stat(const Command& c) {
     std::vector<uint32_t> qps;
     if (client.query_counters(kDeviceCounters, &counters, &why) || client.list_qps(&qps, &why))
       return fail(why);
+    if (c.json) {
+      std::vector<std::string> numbers;
+      for (uint32_t q : qps) numbers.push_back(std::to_string(q));
+      print_json({JsonObject()
+                      .add("ifname", c.dev)
+                      .add_json("counters", json_counters(counters))
+                      .add_json("qps", json_array(numbers))
+                      .str()});
+      return 0;
+    }
     std::cout << format_counters(c.dev + " device", counters, c.all);
     std::cout << "  qps: " << qps.size();
     for (uint32_t q : qps) std::cout << " " << q;
@@ -112,10 +147,24 @@ int stat(const Command& c) {
   }
   std::vector<uint32_t> qps = {c.qpn};
   if (c.qpn == kAllQps && client.list_qps(&qps, &why)) return fail(why);
+  std::vector<std::string> json;
   for (uint32_t q : qps) {
-    if (client.query_counters(q, &counters, &why)) return fail("QP " + std::to_string(q) + ": " + why);
-    std::cout << format_counters(c.dev + " qp " + std::to_string(q), counters, c.all);
+    mroce_qp_transport_resp t{};
+    if (client.query_counters(q, &counters, &why) || client.query_qp_transport(q, &t, &why))
+      return fail("QP " + std::to_string(q) + ": " + why);
+    if (c.json) {
+      json.push_back(JsonObject()
+                         .add("ifname", c.dev)
+                         .add("qpn", uint64_t{q})
+                         .add_json("transport", json_transport(t, counters))
+                         .add_json("counters", json_counters(counters))
+                         .str());
+      continue;
+    }
+    std::cout << format_counters(c.dev + " qp " + std::to_string(q), counters, c.all)
+              << format_transport(t, counters);
   }
+  if (c.json) return print_json(json), 0;
   if (qps.empty()) std::cout << c.dev << ": no QPs\n";
   return 0;
 }
@@ -126,8 +175,49 @@ std::string self_dir() {
   return ec ? "" : p.parent_path().string();
 }
 
+// --persist: IF.conf written, the unit enabled. Where systemd runs it
+// starts the daemon (*started); elsewhere metaroce-ctl starts it with the
+// same file (*args becomes --config FILE) and *note says why.
+int persist(const Command& c, std::vector<std::string>* args, bool* started, std::string* note) {
+  std::string text, why;
+  if (!config_text(c.dev, *args, &text, &why) || write_config(c.config_dir, c.netdev, text, &why))
+    return fail("link add " + c.dev + " --persist: " + why);
+  std::string file = c.config_dir + "/" + c.netdev + ".conf", unit = "metaroced@" + c.netdev + ".service";
+  *args = {"--config", file};
+  *note = "config " + file;
+  switch (systemd_state(kUnitFile)) {
+    case Systemd::kRunning:
+      if (systemctl({"enable", "--now", unit}, &why)) return fail(why);
+      *started = true;
+      *note += ", " + unit + " enabled and started";
+      return 0;
+    case Systemd::kOffline:
+      if (systemctl({"enable", unit}, &why)) return fail(why);
+      *note += ", " + unit + " enabled; systemd is not running here (not PID 1), so "
+               "metaroce-ctl started the daemon with the same config";
+      return 0;
+    case Systemd::kUnavailable: break;
+  }
+  std::cerr << "metaroce-ctl: warning: " << kUnitFile << " or systemctl is missing: " << file
+            << " is written, but nothing will start the daemon at boot\n";
+  return 0;
+}
+
 int link_add(const Command& c) {
-  std::string why;
+  std::string why, note;
+  std::vector<std::string> daemon_args = c.daemon_args;
+  bool started = false;
+  if (c.persist) {
+    if (int rc = persist(c, &daemon_args, &started, &note)) return rc;
+    if (started) {
+      if (c.json) {
+        print_json({JsonObject().add("ifname", c.dev).add("netdev", c.netdev).add("note", note).str()});
+      } else {
+        std::cout << "link " << c.dev << " persisted: " << note << "\n";
+      }
+      return 0;
+    }
+  }
   LinkAddRequest r;
   r.metaroced = find_metaroced(env("METAROCED"), self_dir(), env("PATH"), &why);
   if (r.metaroced.empty()) return fail(why);
@@ -135,13 +225,25 @@ int link_add(const Command& c) {
   r.netdev = c.netdev;
   r.run_dir = c.run_dir;
   r.sysfs_root = c.sysfs_root;
-  r.daemon_args = c.daemon_args;
+  r.daemon_args = daemon_args;
   r.timeout_ms = static_cast<int>(c.timeout_ms);
   pid_t pid = 0;
   if (ctl::link_add(r, &pid, &why)) return fail("link add " + c.dev + ": " + why);
   LinkPaths paths = link_paths(c.run_dir, c.dev);
+  if (c.json) {
+    print_json({JsonObject()
+                    .add("ifname", c.dev)
+                    .add("netdev", c.netdev)
+                    .add("pid", static_cast<uint64_t>(pid))
+                    .add("socket", paths.socket)
+                    .add("log", paths.log)
+                    .add("note", note)
+                    .str()});
+    return 0;
+  }
   std::cout << "link " << c.dev << " added: metaroced pid " << pid << " on " << c.netdev
-            << ", socket " << paths.socket << ", log " << paths.log << "\n";
+            << ", socket " << paths.socket << ", log " << paths.log
+            << (note.empty() ? "" : "; " + note) << "\n";
   return 0;
 }
 
@@ -149,14 +251,117 @@ int link_delete(const Command& c) {
   std::string why;
   if (ctl::link_delete(c.dev, c.run_dir, static_cast<int>(c.timeout_ms), &why))
     return fail("link delete " + c.dev + ": " + why);
+  if (c.json) {
+    print_json({JsonObject().add("ifname", c.dev).add_bool("deleted", true).str()});
+    return 0;
+  }
   std::cout << "link " << c.dev << " deleted\n";
+  return 0;
+}
+
+// ---- monitor ----
+
+constexpr int kMonitorIntervalMs = 200;
+constexpr size_t kMonitorMaxQps = 256;  // QPs whose counters are polled
+volatile sig_atomic_t g_stop = 0;
+
+// One poll of DEV. A failed call drops the connection (reopened next time).
+Snapshot take_snapshot(const Command& c, std::unique_ptr<ControlClient>* client) {
+  Snapshot s;
+  DeviceInfo d;
+  std::string why;
+  if (read_device(c.sysfs_root, c.run_dir, c.dev, &d, &why) == 0) s.port = d.state;
+  if (!*client) {
+    auto fresh = std::make_unique<ControlClient>();
+    fresh->set_timeout_ms(static_cast<int>(c.timeout_ms));
+    if (fresh->connect(socket_path(c.sysfs_root, c.run_dir, c.dev), c.dev, &why) ||
+        fresh->open_context(&why))
+      return s;
+    *client = std::move(fresh);
+  }
+  std::vector<Counter> counters;
+  std::vector<uint32_t> qps;
+  if ((*client)->query_counters(kDeviceCounters, &counters, &why) || (*client)->list_qps(&qps, &why)) {
+    client->reset();
+    return s;
+  }
+  s.daemon = true;
+  s.dev_errors = error_counters(counters);
+  for (size_t i = 0; i < qps.size(); i++) {
+    counters.clear();
+    // A QP destroyed since LIST_QPS answers ENOENT: it is simply gone.
+    if (i < kMonitorMaxQps && (*client)->query_counters(qps[i], &counters, &why)) continue;
+    s.qps[qps[i]] = error_counters(counters);
+  }
+  return s;
+}
+
+std::string now_text() {
+  auto t = std::chrono::system_clock::now();
+  std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                t.time_since_epoch()).count() % 1000);
+  char buf[40];
+  std::strftime(buf, sizeof(buf), "%FT%T", std::gmtime(&secs));
+  return std::string(buf) + "." + std::to_string(1000 + ms).substr(1) + "Z";
+}
+
+void print_events(const Command& c, const std::vector<Event>& events) {
+  for (const Event& e : events) {
+    std::string t = now_text();
+    std::cout << (c.json ? json_event(c.dev, e, t) : t + " " + format_event(c.dev, e)) << "\n";
+  }
+  std::cout.flush();
+}
+
+int monitor(const Command& c) {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_stop = 1; };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::unique_ptr<ControlClient> client;
+  Snapshot prev = take_snapshot(c, &client);
+  // The state at start (no error events: those counters are history).
+  std::vector<Event> start = diff_snapshots(Snapshot{!prev.daemon, "", {}, {}}, prev);
+  std::erase_if(start, [](const Event& e) { return e.kind == "error"; });
+  print_events(c, start);
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kMonitorIntervalMs));
+    Snapshot s = take_snapshot(c, &client);
+    print_events(c, diff_snapshots(prev, s));
+    prev = std::move(s);
+  }
+  return 0;
+}
+
+int capture(const Command& c) {
+  DeviceInfo d;
+  std::string why;
+  if (read_device(c.sysfs_root, c.run_dir, c.dev, &d, &why)) return fail(why);
+  if (d.netdev.empty()) return fail(c.dev + " publishes no interface (no GID has a netdev)");
+  CaptureRequest r;
+  r.netdev = d.netdev;
+  r.file = c.capture_file;
+  r.count = c.capture_count;
+  r.duration_s = c.capture_duration_s;
+  r.ready = [&] {
+    std::cerr << "capturing " << c.dev << " on " << d.netdev << " to " << r.file << "\n";
+  };
+  uint64_t frames = 0;
+  if (ctl::capture(r, &frames, &why)) return fail("capture " + c.dev + ": " + why);
+  if (c.json) {
+    print_json({JsonObject().add("ifname", c.dev).add("netdev", d.netdev).add("file", r.file)
+                    .add("frames", frames).str()});
+  } else {
+    std::cout << frames << " frames of " << c.dev << " (" << d.netdev << ") written to " << r.file << "\n";
+  }
   return 0;
 }
 
 int run(int argc, char** argv) {
   Command c;
   std::string error;
-  Env e{env("SYSFS_PATH"), env("METAROCE_RUN_DIR")};
+  Env e{env("SYSFS_PATH"), env("METAROCE_RUN_DIR"), env("METAROCE_CONFIG_DIR")};
   if (!parse_command_line({argv + 1, argv + argc}, e, &c, &error)) {
     std::cerr << "metaroce-ctl: " << error << "\n" << usage();
     return 2;
@@ -168,6 +373,8 @@ int run(int argc, char** argv) {
     case Verb::kLinkShow: return link_show(c);
     case Verb::kLinkAdd: return link_add(c);
     case Verb::kLinkDelete: return link_delete(c);
+    case Verb::kMonitor: return monitor(c);
+    case Verb::kCapture: return capture(c);
   }
   return 2;
 }
