@@ -145,8 +145,9 @@ State retransmit(Core& c, Qp& qp, TxEntry& e) {
   if (!pacing_allows(c, qp, e.wire)) return State::kBlockedPacing;
   uint8_t path = qp.paths->next_path(c.now());
   proto::Packet p;
-  if (WcStatus st = build(c, qp, w, e.psn, e.offset, e.len, path, true, &p);
-      st != WcStatus::kSuccess) {
+  WcStatus st = build(c, qp, w, e.psn, e.offset, e.len, path, true, &p);
+  if (qp.state == QpState::kErr) return State::kBlockedOrder;  // a commit failed (Core::commit)
+  if (st != WcStatus::kSuccess) {
     c.bump(&qp, &Counters::local_errors);
     completer::fail(c, qp, e.wqe_seq, st);
     return State::kBlockedOrder;
@@ -209,8 +210,9 @@ State segment(Core& c, Qp& qp) {
   uint8_t path = qp.paths->next_path(c.now());
   uint32_t psn = qp.sb.nxt();
   proto::Packet p;
-  if (WcStatus st = build(c, qp, w, psn, w.sent, len, path, false, &p);
-      st != WcStatus::kSuccess) {
+  WcStatus st = build(c, qp, w, psn, w.sent, len, path, false, &p);
+  if (qp.state == QpState::kErr) return State::kBlockedOrder;  // a commit failed (Core::commit)
+  if (st != WcStatus::kSuccess) {
     c.bump(&qp, &Counters::local_errors);
     w.status = st;
     w.all_sent = true;

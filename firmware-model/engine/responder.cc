@@ -56,10 +56,10 @@ void send_nack(Core& c, Qp& qp, proto::NackReason reason, uint32_t psn, uint8_t 
 // §Ordering). A placed SEND whose predecessors still have holes waits here
 // until the cumulative point passes it.
 void drain_recv(Core& c, Qp& qp) {
-  if (qp.placed && !c.commit(qp.owner)) return;  // their data did not land: QP in ERR
   while (qp.rq_head != qp.rq_tail && qp.rqe(qp.rq_head).done) {
     RecvWqe& r = qp.rqe(qp.rq_head);
     if (r.have_last && !proto::seq_lt(r.last_psn, qp.rw.cum())) break;
+    if (qp.placed && !c.commit(qp.owner)) return;  // its data did not land: QP in ERR
     Completion wc;
     wc.wr_id = r.wr.wr_id;
     wc.status = r.status;

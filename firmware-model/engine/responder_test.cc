@@ -539,3 +539,35 @@ TEST_CASE("responder__dereg_mr_stops_a_receive_mid_message") {
   CHECK(st(rc[0]) == "LOC_PROT_ERR");
 }
 }  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+// The daemon's DMA flushes queued writes before every read and drops their
+// outcome. The responder's first packet is placed (queued, doomed) and its
+// ACK delayed; then the same process posts work and the requester reads its
+// payload. The engine must commit before that read, or the failure is lost
+// and the delayed ACK acknowledges data that never landed.
+TEST_CASE("responder__failure_is_not_lost_to_a_read_that_flushes") {
+  Bench t;
+  t.connect_pair();
+  t.b.dma.fail_on_commit = true;
+  t.b.dma.reads_flush = true;
+  t.b.dma.bad_writes.push_back({t.b.base() + 4096 + 100, 10});
+  t.filter = [](const std::string& what, bool from_a) {  // first copies of packets 2, 3
+    bool later = what.find("psn 1001 ") != std::string::npos ||
+                 what.find("psn 1002 ") != std::string::npos;
+    return !(from_a && later && what.find("RETX") == std::string::npos);
+  };
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 4096, 3000)) == 0);
+  REQUIRE(t.run([&] { return t.b.dma.failed_writes >= 1; }));
+  SendWr w = t.b.wr(WrOpcode::kRdmaWrite, 9, 0, 100);
+  w.remote_addr = t.a.base();
+  w.rkey = t.a.mr.rkey;
+  REQUIRE(t.b.post_send(w) == 0);
+  t.b.engine->pump();  // gathers w's payload: a read
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "REM_ACCESS_ERR");
+  CHECK(acks_of(t.b).empty());  // the doomed packet was never acknowledged
+  CHECK(t.b.dma.failed_commits == 1);
+}
+}  // namespace metaroce::fw::test
