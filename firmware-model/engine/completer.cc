@@ -240,6 +240,11 @@ void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
     return;
   }
   uint32_t seq = qp.rd_slot[p.mbth.msn % kRdSlots];
+  if (requester::check_local(c, qp, *w) != WcStatus::kSuccess) {  // an MR died meanwhile
+    c.bump(&qp, &Counters::local_errors);
+    fail(c, qp, seq, WcStatus::kLocProtErr);
+    return;
+  }
   if (len && !sgl_write(c, qp.owner, w->wr.sg.data(), w->wr.num_sge, off, p.payload)) {
     c.bump(&qp, &Counters::local_errors);
     fail(c, qp, seq, WcStatus::kLocAccessErr);
@@ -277,6 +282,11 @@ void on_atomic_resp(Core& c, Qp& qp, const proto::Frame& f) {
   uint8_t bytes[8];
   std::memcpy(bytes, &p.atomic_ack.original, 8);
   uint32_t seq = qp.rd_slot[p.mbth.msn % kRdSlots];
+  if (requester::check_local(c, qp, *w) != WcStatus::kSuccess) {  // an MR died meanwhile
+    c.bump(&qp, &Counters::local_errors);
+    fail(c, qp, seq, WcStatus::kLocProtErr);
+    return;
+  }
   if (!sgl_write(c, qp.owner, w->wr.sg.data(), w->wr.num_sge, 0, bytes)) {
     c.bump(&qp, &Counters::local_errors);
     fail(c, qp, seq, WcStatus::kLocAccessErr);

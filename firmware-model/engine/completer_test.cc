@@ -242,3 +242,50 @@ TEST_CASE("completer__read_or_atomic_result_that_did_not_land_is_loc_access_err"
   }
 }
 }  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+// A host that reads WRs from a ring cannot return EINVAL for a malformed
+// one; it used to complete it at once, ahead of the WRs before it, and the
+// QP stayed in RTS. Queued as an error it completes in order and the QP
+// goes to ERR, flushing what follows.
+TEST_CASE("completer__rejected_wr_completes_in_order_and_moves_qp_to_err") {
+  Bench t;
+  t.connect_pair(1 << 20);
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 100'000)) == 0);
+  REQUIRE(t.a.engine->post_send_error(Node::kOwner, t.a.qpn, 2, WcStatus::kLocQpOpErr) == 0);
+  REQUIRE(t.a.post_send(write_to(t, 3, 0, 200'000, 10)) == 0);
+  CHECK(t.a.engine->post_send_error(Node::kOwner, t.a.qpn, 4, WcStatus::kSuccess) == EINVAL);
+  CHECK(t.a.send_cq().empty());  // nothing completes before WRITE 1
+  auto sc = drain(t, 3);
+  REQUIRE(sc.size() == 3);
+  CHECK(sc[0].wr_id == 1);
+  CHECK(st(sc[0]) == "SUCCESS");
+  CHECK(sc[1].wr_id == 2);
+  CHECK(st(sc[1]) == "LOC_QP_OP_ERR");
+  CHECK(sc[2].wr_id == 3);
+  CHECK(st(sc[2]) == "WR_FLUSH_ERR");
+  QpAttr a;
+  REQUIRE(t.a.engine->query_qp(Node::kOwner, t.a.qpn, &a, nullptr) == 0);
+  CHECK(a.qp_state == QpState::kErr);
+  CHECK(t.a.engine->counters().local_errors == 1);
+}
+
+// Found at post or when the WR starts, a key error is a completion in order.
+TEST_CASE("completer__bad_lkey_behind_work_in_flight_completes_after_it") {
+  Bench t;
+  t.connect_pair(1 << 20);
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 100'000)) == 0);
+  SendWr bad = write_to(t, 2, 0, 0, 10);
+  bad.sg[0].lkey ^= 0x100;
+  REQUIRE(t.a.post_send(bad) == 0);
+  REQUIRE(t.a.post_send(write_to(t, 3, 0, 0, 10)) == 0);
+  auto sc = drain(t, 3);
+  REQUIRE(sc.size() == 3);
+  CHECK(st(sc[0]) == "SUCCESS");
+  CHECK(st(sc[1]) == "LOC_PROT_ERR");
+  CHECK(st(sc[2]) == "WR_FLUSH_ERR");
+  QpAttr a;
+  REQUIRE(t.a.engine->query_qp(Node::kOwner, t.a.qpn, &a, nullptr) == 0);
+  CHECK(a.qp_state == QpState::kErr);
+}
+}  // namespace metaroce::fw::test

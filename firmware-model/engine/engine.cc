@@ -296,10 +296,22 @@ struct Engine::Impl {
     qp.pending_acks = 0;
     qp.ce_count = 0;
     qp.comm_est = false;
-    qp.has_fatal_nack = false;
+    qp.has_fatal_nack = qp.fatal_read = false;
     qp.placed = qp.rd_placed = false;
     qp.placed_recvs.clear();
     core.forget(qp);
+  }
+
+  // IB: a WR posted to a QP in ERR completes at once with kWrFlushErr.
+  int flush_at_once(Qp& qp, uint64_t wr_id, bool send) {
+    Completion wc;
+    wc.wr_id = wr_id;
+    wc.status = WcStatus::kWrFlushErr;
+    wc.opcode = send ? WcOpcode::kSend : WcOpcode::kRecv;
+    wc.qp_num = qp.qpn;
+    core.complete(qp, send ? qp.init.send_cqn : qp.init.recv_cqn, wc);
+    settle();
+    return 0;
   }
 
   int make_cc(Qp& qp) {
@@ -635,15 +647,7 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
     return EINVAL;
   if (!inl && (wr.num_sge > qp->init.cap.max_send_sge || !wr.inline_data.empty())) return EINVAL;
   if (atomic && (wr.num_sge != 1 || wr.sg[0].length != 8)) return EINVAL;
-  if (qp->state == QpState::kErr) {  // IB: posted to an errored QP = flushed at once
-    Completion wc;
-    wc.wr_id = wr.wr_id;
-    wc.status = WcStatus::kWrFlushErr;
-    wc.qp_num = qp->qpn;
-    impl_->core.complete(*qp, qp->init.send_cqn, wc);
-    impl_->settle();
-    return 0;
-  }
+  if (qp->state == QpState::kErr) return impl_->flush_at_once(*qp, wr.wr_id, true);
   if (qp->sq_tail - qp->sq_head >= qp->init.cap.max_send_wr) return ENOMEM;
   SendWqe& w = qp->sqe(qp->sq_tail);
   w.wr = wr;
@@ -665,6 +669,25 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
   return 0;
 }
 
+int Engine::post_send_error(OwnerId owner, uint32_t qpn, uint64_t wr_id, WcStatus status) {
+  EntryGuard guard(impl_->busy);
+  Qp* qp = nullptr;
+  if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
+  if (status == WcStatus::kSuccess) return EINVAL;
+  if (qp->state != QpState::kRts && qp->state != QpState::kSqd && qp->state != QpState::kErr)
+    return EINVAL;
+  if (qp->state == QpState::kErr) return impl_->flush_at_once(*qp, wr_id, true);
+  if (qp->sq_tail - qp->sq_head >= qp->init.cap.max_send_wr) return ENOMEM;
+  SendWqe& w = qp->sqe(qp->sq_tail);
+  w = SendWqe{};  // carries nothing: it never executes
+  w.wr.wr_id = wr_id;
+  w.wr.send_flags = kSendSignaled;
+  w.status = status;
+  ++qp->sq_tail;
+  impl_->core.activate(*qp);
+  return 0;
+}
+
 int Engine::post_recv(OwnerId owner, uint32_t qpn, const RecvWr& wr) {
   EntryGuard guard(impl_->busy);
   Qp* qp = nullptr;
@@ -672,16 +695,7 @@ int Engine::post_recv(OwnerId owner, uint32_t qpn, const RecvWr& wr) {
   if (qp->state == QpState::kReset) return EINVAL;
   if (wr.num_sge > qp->init.cap.max_recv_sge) return EINVAL;
   if (qp->rq_tail - qp->rq_head >= qp->init.cap.max_recv_wr) return ENOMEM;
-  if (qp->state == QpState::kErr) {
-    Completion wc;
-    wc.wr_id = wr.wr_id;
-    wc.status = WcStatus::kWrFlushErr;
-    wc.opcode = WcOpcode::kRecv;
-    wc.qp_num = qp->qpn;
-    impl_->core.complete(*qp, qp->init.recv_cqn, wc);
-    impl_->settle();
-    return 0;
-  }
+  if (qp->state == QpState::kErr) return impl_->flush_at_once(*qp, wr.wr_id, false);
   RecvWqe& r = qp->rqe(qp->rq_tail);
   r = RecvWqe{};
   r.wr = wr;

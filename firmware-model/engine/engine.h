@@ -109,6 +109,12 @@ class Engine {
   // ---- doorbells (data path) ----
   int post_send(OwnerId owner, uint32_t qpn, const SendWr& wr);
   int post_recv(OwnerId owner, uint32_t qpn, const RecvWr& wr);
+  // A host that takes work requests from a ring cannot return post_send's
+  // EINVAL to the application: it queues the rejected WR with this instead.
+  // It completes with `status` (not kSuccess) in posting order, after the
+  // WRs before it, and moves the QP to ERR, flushing the WRs after it.
+  // 0, EINVAL (state as post_send, or kSuccess), ENOMEM (SQ full).
+  int post_send_error(OwnerId owner, uint32_t qpn, uint64_t wr_id, WcStatus status);
 
   // ---- inputs ----
   // A received Ethernet frame. ip_ecn is carried inside the frame; malformed

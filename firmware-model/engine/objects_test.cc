@@ -236,4 +236,52 @@ TEST_CASE("engine_objects__cq_overflow_raises_cq_err_and_fails_qps") {
   CHECK(a.qp_state == QpState::kErr);
 }
 
+// IB: cqe may be anything from 1 to max_cqe.
+TEST_CASE("engine_objects__create_cq_accepts_max_cqe") {
+  FakeClock clock;
+  Node n(clock, 0x0A000001, 1);
+  uint32_t cq = 0;
+  uint32_t max = n.engine->caps().max_cqe;
+  CHECK(n.engine->create_cq(kA, max, &cq) == 0);
+  CHECK(n.engine->create_cq(kA, max + 1, &cq) == EINVAL);
+  CHECK(n.engine->create_cq(kA, 1, &cq) == 0);
+}
+
+// IB: receives may be posted from INIT on; in RESET the post fails (no
+// completion, nothing queued); in ERR it completes at once, flushed.
+TEST_CASE("engine_objects__post_recv_by_qp_state") {
+  Bench t;
+  t.a.setup(1 << 12, kRw);
+  RecvWr r;
+  r.wr_id = 5;
+  r.num_sge = 1;
+  r.sg[0] = {t.a.base(), 64, t.a.mr.lkey};
+  Engine& e = *t.a.engine;
+  CHECK(e.post_recv(Node::kOwner, t.a.qpn, r) == EINVAL);  // RESET
+  t.a.connect(t.b.ip, 0x123, kRw);                          // INIT, RTR, RTS
+  QpAttr a;
+  for (QpState s : {QpState::kRts, QpState::kSqd}) {
+    if (s == QpState::kSqd) {
+      a.qp_state = s;
+      REQUIRE(e.modify_qp(Node::kOwner, t.a.qpn, a, kAttrState) == 0);
+    }
+    CHECK(e.post_recv(Node::kOwner, t.a.qpn, r) == 0);
+  }
+  CHECK(t.a.recv_cq().empty());
+  a.qp_state = QpState::kErr;
+  REQUIRE(e.modify_qp(Node::kOwner, t.a.qpn, a, kAttrState) == 0);
+  CHECK(t.a.recv_cq().size() == 2);  // the two queued ones, flushed
+  CHECK(e.post_recv(Node::kOwner, t.a.qpn, r) == 0);
+  auto rc = t.a.recv_cq();
+  REQUIRE(rc.size() == 1);
+  CHECK(std::string(status_name(rc[0].status)) == "WR_FLUSH_ERR");
+  a.qp_state = QpState::kReset;
+  REQUIRE(e.modify_qp(Node::kOwner, t.a.qpn, a, kAttrState) == 0);
+  CHECK(e.post_recv(Node::kOwner, t.a.qpn, r) == EINVAL);
+  a.qp_state = QpState::kInit;
+  REQUIRE(e.modify_qp(Node::kOwner, t.a.qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort |
+                                                    kAttrAccessFlags) == 0);
+  CHECK(e.post_recv(Node::kOwner, t.a.qpn, r) == 0);  // INIT
+}
+
 }  // namespace metaroce::fw::test

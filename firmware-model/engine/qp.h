@@ -85,6 +85,7 @@ struct ReadJob {
   uint32_t done = 0;         // bytes already answered
   uint8_t path = 0;
   bool first_issue = false;  // the READ's first request (not a re-issue or a duplicate)
+  uint32_t rkey = 0;         // checked again before every read: the MR may be gone
 };
 
 // The responder's READ jobs in arrival order: front is being answered. A
@@ -189,6 +190,11 @@ struct Qp {
   bool comm_est = false;
   bool has_fatal_nack = false;  // responder error: answer everything with this
   proto::Nackh fatal_nack;
+  // The error stopped a READ being answered (its MR died): the requester has
+  // seen the request delivered and re-issues missing data under new PSNs,
+  // so those requests are NACKed under their own PSN.
+  bool fatal_read = false;
+  uint32_t fatal_read_msn = 0;
 
   // ---- host writes not yet committed (hal.h §Placement, Core::commit) ----
   bool placed = false;          // responder: request data or an atomic written

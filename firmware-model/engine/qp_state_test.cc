@@ -78,48 +78,56 @@ TEST_CASE("check_modify__attribute_not_allowed_in_transition") {
 
 TEST_CASE("check_modify__cur_state_must_match") {
   QpAttr a;
+  std::string why;
   a.cur_qp_state = QpState::kRtr;
-  CHECK(check(QpState::kRts, QpState::kRts, kAttrState | kAttrCurState, a) == EINVAL);
+  CHECK(check(QpState::kRts, QpState::kRts, kAttrState | kAttrCurState, a, &why) == EINVAL);
+  CHECK(why == "cur_qp_state mismatch");
   a.cur_qp_state = QpState::kRts;
   CHECK(check(QpState::kRts, QpState::kRts, kAttrState | kAttrCurState, a) == 0);
 }
 
 TEST_CASE("check_modify__value_ranges") {
-  QpAttr a;
-  a.path_mtu = 1500;
-  CHECK(check(QpState::kInit, QpState::kRtr, kToRtr, a) == EINVAL);
-  a = {};
-  a.av.sgid_index = 1;  // only one GID
-  CHECK(check(QpState::kInit, QpState::kRtr, kToRtr, a) == EINVAL);
-  a = {};
-  a.dest_qp_num = 1u << 24;
-  CHECK(check(QpState::kInit, QpState::kRtr, kToRtr, a) == EINVAL);
-  a = {};
-  a.timeout = 32;
-  CHECK(check(QpState::kRtr, QpState::kRts, kToRts, a) == EINVAL);
-  a = {};
-  a.retry_cnt = 8;
-  CHECK(check(QpState::kRtr, QpState::kRts, kToRts, a) == EINVAL);
-  a = {};
-  a.rnr_retry = 8;
-  CHECK(check(QpState::kRtr, QpState::kRts, kToRts, a) == EINVAL);
-  a = {};
-  a.max_rd_atomic = 200;
-  CHECK(check(QpState::kRtr, QpState::kRts, kToRts, a) == EINVAL);
-  a = {};
-  a.port_num = 2;
-  CHECK(check(QpState::kReset, QpState::kInit, kToInit, a) == EINVAL);
-  a = {};
-  a.qp_access_flags = 0x80;
-  CHECK(check(QpState::kReset, QpState::kInit, kToInit, a) == EINVAL);
+  struct Case {
+    QpState from, to;
+    uint32_t mask;
+    void (*spoil)(QpAttr&);
+    const char* why;
+  };
+  const Case cases[] = {
+      {QpState::kInit, QpState::kRtr, kToRtr, [](QpAttr& a) { a.path_mtu = 1500; },
+       "path_mtu not 256..4096"},
+      {QpState::kInit, QpState::kRtr, kToRtr, [](QpAttr& a) { a.av.sgid_index = 1; },  // one GID
+       "sgid_index beyond the GID table"},
+      {QpState::kInit, QpState::kRtr, kToRtr, [](QpAttr& a) { a.dest_qp_num = 1u << 24; },
+       "dest_qp_num exceeds 24 bits"},
+      {QpState::kRtr, QpState::kRts, kToRts, [](QpAttr& a) { a.timeout = 32; }, "timeout > 31"},
+      {QpState::kRtr, QpState::kRts, kToRts, [](QpAttr& a) { a.retry_cnt = 8; }, "retry_cnt > 7"},
+      {QpState::kRtr, QpState::kRts, kToRts, [](QpAttr& a) { a.rnr_retry = 8; }, "rnr_retry > 7"},
+      {QpState::kRtr, QpState::kRts, kToRts, [](QpAttr& a) { a.max_rd_atomic = 200; },
+       "max_rd_atomic above device max_qp_rd_atom"},
+      {QpState::kReset, QpState::kInit, kToInit, [](QpAttr& a) { a.port_num = 2; },
+       "port_num must be 1"},
+      {QpState::kReset, QpState::kInit, kToInit, [](QpAttr& a) { a.qp_access_flags = 0x80; },
+       "unknown access flag"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.why);
+    QpAttr a;
+    c.spoil(a);
+    std::string why;
+    CHECK(check(c.from, c.to, c.mask, a, &why) == EINVAL);
+    CHECK(why == c.why);
+  }
 }
 
 TEST_CASE("check_modify__no_state_bit_means_same_state") {
   QpAttr a;
   QpState next;
+  const char* why = nullptr;
   CHECK(check_modify(QpState::kRts, a, kAttrMinRnrTimer, DeviceCaps{}, 1, &next, nullptr) == 0);
   CHECK(next == QpState::kRts);
-  CHECK(check_modify(QpState::kRts, a, kAttrSqPsn, DeviceCaps{}, 1, &next, nullptr) == EINVAL);
+  CHECK(check_modify(QpState::kRts, a, kAttrSqPsn, DeviceCaps{}, 1, &next, &why) == EINVAL);
+  CHECK(std::string(why) == "attribute not allowed in this transition");
 }
 
 TEST_CASE("effective_mtu__fits_link_and_path") {

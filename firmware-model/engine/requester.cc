@@ -43,10 +43,11 @@ uint32_t wire_bytes(WrOpcode op, uint32_t payload) {
 }
 
 // Builds the request packet for [offset, offset+len) of w (for READ_REQ the
-// range to read) and fills its payload into the scratch buffer. False when
-// the local memory could not be read.
-bool build(Core& c, Qp& qp, SendWqe& w, uint32_t psn, uint32_t offset, uint32_t len,
-           uint8_t path, bool retransmit, proto::Packet* p) {
+// range to read) and fills its payload into the scratch buffer. Fails with
+// kLocProtErr when an lkey died since the WQE started (dereg_mr: the NIC
+// never reads through a dead key), kLocQpOpErr when the host read failed.
+WcStatus build(Core& c, Qp& qp, SendWqe& w, uint32_t psn, uint32_t offset, uint32_t len,
+               uint8_t path, bool retransmit, proto::Packet* p) {
   const SendWr& wr = w.wr;
   *p = proto::Packet{};
   proto::Mbth& m = p->mbth;
@@ -76,22 +77,24 @@ bool build(Core& c, Qp& qp, SendWqe& w, uint32_t psn, uint32_t offset, uint32_t 
       break;
     case WrOpcode::kRdmaRead:
       p->reth = {wr.remote_addr + offset, wr.rkey, len};
-      return true;
+      return WcStatus::kSuccess;
     case WrOpcode::kAtomicCmpSwap:
       p->atomic = {wr.remote_addr, wr.rkey, wr.swap, wr.compare_add};
-      return true;
+      return WcStatus::kSuccess;
     case WrOpcode::kAtomicFetchAdd:
       p->atomic = {wr.remote_addr, wr.rkey, wr.compare_add, 0};
-      return true;
+      return WcStatus::kSuccess;
   }
   std::span<uint8_t> buf(c.scratch().data(), len);
   if (wr.send_flags & kSendInline) {
     if (len) std::memcpy(buf.data(), wr.inline_data.data() + offset, len);
+  } else if (check_local(c, qp, w) != WcStatus::kSuccess) {
+    return WcStatus::kLocProtErr;
   } else if (!sgl_read(c, qp.owner, wr.sg.data(), wr.num_sge, offset, buf)) {
-    return false;
+    return WcStatus::kLocQpOpErr;
   }
   p->payload = buf;
-  return true;
+  return WcStatus::kSuccess;
 }
 
 }  // namespace
@@ -142,8 +145,11 @@ State retransmit(Core& c, Qp& qp, TxEntry& e) {
   if (!pacing_allows(c, qp, e.wire)) return State::kBlockedPacing;
   uint8_t path = qp.paths->next_path(c.now());
   proto::Packet p;
-  if (!build(c, qp, w, e.psn, e.offset, e.len, path, true, &p)) {
-    completer::fail(c, qp, e.wqe_seq, WcStatus::kLocQpOpErr);
+  WcStatus st = build(c, qp, w, e.psn, e.offset, e.len, path, true, &p);
+  if (qp.state == QpState::kErr) return State::kBlockedOrder;  // a commit failed (Core::commit)
+  if (st != WcStatus::kSuccess) {
+    c.bump(&qp, &Counters::local_errors);
+    completer::fail(c, qp, e.wqe_seq, st);
     return State::kBlockedOrder;
   }
   c.bump(&qp, &Counters::tx_retransmits);
@@ -204,9 +210,11 @@ State segment(Core& c, Qp& qp) {
   uint8_t path = qp.paths->next_path(c.now());
   uint32_t psn = qp.sb.nxt();
   proto::Packet p;
-  if (!build(c, qp, w, psn, w.sent, len, path, false, &p)) {
+  WcStatus st = build(c, qp, w, psn, w.sent, len, path, false, &p);
+  if (qp.state == QpState::kErr) return State::kBlockedOrder;  // a commit failed (Core::commit)
+  if (st != WcStatus::kSuccess) {
     c.bump(&qp, &Counters::local_errors);
-    w.status = WcStatus::kLocQpOpErr;
+    w.status = st;
     w.all_sent = true;
     qp.req_error = true;
     ++qp.sq_next;

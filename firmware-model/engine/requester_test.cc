@@ -360,3 +360,28 @@ TEST_CASE("requester__huge_reads_stay_within_the_qp_memory_bound") {
   CHECK(used_bytes(t.a, &bound) == idle);  // completed WQEs give large bitmaps back
 }
 }  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+// The requester gathers payload packet by packet: after dereg_mr of the
+// send buffer's MR it must not read through the dead lkey.
+TEST_CASE("requester__dereg_mr_mid_message_stops_payload_reads") {
+  Bench t;
+  t.connect_pair(1 << 21);
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 1 << 20);
+  w.remote_addr = t.b.base();
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  REQUIRE(t.run([&] { return t.b.dma.writes >= 1; }));
+  REQUIRE(t.b.dma.writes < 1024);
+  REQUIRE(t.a.engine->dereg_mr(Node::kOwner, t.a.mr.lkey) == 0);
+  t.a.dma.watch = {t.a.base(), t.a.mem.size()};
+  std::vector<Completion> sc;
+  t.run([&] {
+    for (auto& c : t.a.send_cq()) sc.push_back(c);
+    return !sc.empty();
+  });
+  REQUIRE(sc.size() == 1);
+  CHECK(std::string(status_name(sc[0].status)) == "LOC_PROT_ERR");
+  CHECK(t.a.dma.watch_hits == 0);
+}
+}  // namespace metaroce::fw::test

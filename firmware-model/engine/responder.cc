@@ -56,10 +56,10 @@ void send_nack(Core& c, Qp& qp, proto::NackReason reason, uint32_t psn, uint8_t 
 // §Ordering). A placed SEND whose predecessors still have holes waits here
 // until the cumulative point passes it.
 void drain_recv(Core& c, Qp& qp) {
-  if (qp.placed && !c.commit(qp.owner)) return;  // their data did not land: QP in ERR
   while (qp.rq_head != qp.rq_tail && qp.rqe(qp.rq_head).done) {
     RecvWqe& r = qp.rqe(qp.rq_head);
     if (r.have_last && !proto::seq_lt(r.last_psn, qp.rw.cum())) break;
+    if (qp.placed && !c.commit(qp.owner)) return;  // its data did not land: QP in ERR
     Completion wc;
     wc.wr_id = r.wr.wr_id;
     wc.status = r.status;
@@ -86,8 +86,12 @@ State check_state(Core& c, Qp& qp, Req& r) {
     case QpState::kSqd:
     case QpState::kSqe: return State::kCheckPsn;
     case QpState::kErr:
-      if (qp.has_fatal_nack)  // keep telling the requester why (the first NACK may be lost)
-        send_nack(c, qp, qp.fatal_nack.reason, qp.fatal_nack.psn, r.p.mbth.path_id);
+      if (qp.has_fatal_nack) {  // keep telling the requester why (the first NACK may be lost)
+        bool reissue = qp.fatal_read && r.p.mbth.opcode == Opcode::kReadReq &&
+                       r.p.mbth.msn == qp.fatal_read_msn;
+        send_nack(c, qp, qp.fatal_nack.reason, reissue ? r.p.mbth.psn : qp.fatal_nack.psn,
+                  r.p.mbth.path_id);
+      }
       [[fallthrough]];
     default: c.bump(&qp, &Counters::rx_drop_qp_state); return State::kDone;
   }
@@ -164,6 +168,16 @@ State check_resources(Core& c, Qp& qp, Req& r) {
   return State::kCheckRkey;
 }
 
+bool recv_keys_ok(Core& c, const Qp& qp, const RecvWqe& rw) {
+  for (uint32_t i = 0; i < rw.wr.num_sge; ++i) {
+    const Sge& s = rw.wr.sg[i];
+    if (c.mrs().check_local(qp.owner, qp.init.pdn, s.lkey, s.addr, s.length,
+                            kAccessLocalWrite) != KeyCheck::kOk)
+      return false;
+  }
+  return true;
+}
+
 // Binds the message's MSN to the MSN-th posted receive (docs/engine.md
 // §Message numbering): out-of-order packets of different messages land in
 // the right buffers.
@@ -187,18 +201,13 @@ State check_recv(Core& c, Qp& qp, Req& r) {
       r.recv_status = WcStatus::kLocLenErr;
       return State::kNakInvalid;
     }
-    if (is_send) {
-      for (uint32_t i = 0; i < rw.wr.num_sge; ++i) {
-        const Sge& s = rw.wr.sg[i];
-        if (c.mrs().check_local(qp.owner, qp.init.pdn, s.lkey, s.addr, s.length,
-                                kAccessLocalWrite) != KeyCheck::kOk) {
-          r.recv_status = WcStatus::kLocProtErr;
-          return State::kNakRemoteOp;
-        }
-      }
-    }
   } else if (rw.total != total || rw.done) {
     return State::kNakInvalid;
+  }
+  // Every packet: the receive's MRs may have been deregistered mid-message.
+  if (is_send && !recv_keys_ok(c, qp, rw)) {
+    r.recv_status = WcStatus::kLocProtErr;
+    return State::kNakRemoteOp;
   }
   return is_send ? State::kExecute : State::kCheckRkey;
 }
@@ -270,7 +279,7 @@ State execute(Core& c, Qp& qp, Req& r) {
       break;
     case Opcode::kReadReq:
       qp.reads.push({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
-                     p.mbth.path_id, r.first_issue});
+                     p.mbth.path_id, r.first_issue, p.reth.rkey});
       if (r.first_issue) ++qp.resp_rd_msn;
       c.activate(qp);
       break;
@@ -338,7 +347,7 @@ void serve_duplicate_read(Core& c, Qp& qp, const proto::Packet& p) {
     return;
   }
   qp.reads.push({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
-                 p.mbth.path_id, false});
+                 p.mbth.path_id, false, p.reth.rkey});
   c.activate(qp);
 }
 
@@ -488,6 +497,16 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
     std::span<uint8_t> buf(c.scratch().data(), len);
     c.commit(qp.owner);  // a READ sees earlier writes, and their failure is not lost
     if (qp.state == QpState::kErr) break;
+    if (len && c.mrs().check_remote(qp.owner, qp.init.pdn, j.rkey, j.va + j.done, len,
+                                    kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
+      // The MR was deregistered (or changed) after the request was accepted.
+      c.bump(&qp, &Counters::rx_nak_access);
+      qp.fatal_read = true;
+      qp.fatal_read_msn = j.msn;
+      fatal_nack(c, qp, proto::NackReason::kRemoteAccessError, j.psn, j.path,
+                 EventType::kQpAccessErr);
+      break;
+    }
     if (len && !c.hal().dma.read(qp.owner, j.va + j.done, buf)) {
       c.qp_to_error(qp);
       c.hal().events.async_event(EventType::kQpFatal, qp.qpn);

@@ -477,3 +477,97 @@ TEST_CASE("responder__atomic_whose_write_failed_is_not_answered") {
   }
 }
 }  // namespace metaroce::fw::test
+
+// ---- dereg_mr: the NIC never touches memory through a dead key ----
+
+namespace metaroce::fw::test {
+namespace {
+size_t count_sent(const Node& n, const std::string& what) {
+  size_t k = 0;
+  for (auto& s : n.port.log) k += s.find(what) != std::string::npos;
+  return k;
+}
+}  // namespace
+
+TEST_CASE("responder__dereg_mr_stops_a_queued_read") {
+  Bench t;
+  t.connect_pair(1 << 21);
+  // Shrink b's congestion window below one packet (CE marks on its own
+  // requests): b then paces its READ responses, so the READ job is still
+  // queued when the host deregisters the MR.
+  t.b.port.ecn = 0b11;
+  for (int i = 0; i < 400; ++i) {
+    SendWr w = t.b.wr(WrOpcode::kRdmaWrite, 100 + i, 0, 1024, 0);
+    w.remote_addr = t.a.base();
+    w.rkey = t.a.mr.rkey;
+    REQUIRE(t.b.post_send(w) == 0);
+    t.run([&] { return t.b.engine->describe_qp(t.b.qpn).find("sq 0/0/0") != std::string::npos; });
+  }
+  t.b.port.ecn = 0b10;
+  SendWr r = t.a.wr(WrOpcode::kRdmaRead, 1, 0, 1 << 20);
+  r.remote_addr = t.b.base();
+  r.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(r) == 0);
+  REQUIRE(t.run([&] { return count_sent(t.b, "RDMA_READ_RESP") >= 1; }));
+  size_t before = count_sent(t.b, "RDMA_READ_RESP");
+  REQUIRE(before < 1024);  // the READ is still being answered
+  REQUIRE(t.b.engine->dereg_mr(Node::kOwner, t.b.mr.lkey) == 0);
+  t.b.dma.watch = {t.b.base(), t.b.mem.size()};
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "REM_ACCESS_ERR");
+  CHECK(t.b.dma.watch_hits == 0);  // no DMA through the dead rkey
+  CHECK(count_sent(t.b, "RDMA_READ_RESP") == before);
+  CHECK(t.b.events.has_event(EventType::kQpAccessErr, t.b.qpn));
+}
+
+TEST_CASE("responder__dereg_mr_stops_a_receive_mid_message") {
+  Bench t;
+  t.connect_pair(1 << 21);
+  REQUIRE(t.b.post_recv(10, 0, 1 << 20) == 0);
+  REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 1, 0, 1 << 20)) == 0);
+  REQUIRE(t.run([&] { return t.b.dma.writes >= 1; }));
+  REQUIRE(t.b.dma.writes < 1024);  // mid-message
+  REQUIRE(t.b.engine->dereg_mr(Node::kOwner, t.b.mr.lkey) == 0);
+  t.b.dma.watch = {t.b.base(), t.b.mem.size()};
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "REM_OP_ERR");
+  CHECK(t.b.dma.watch_hits == 0);  // nothing more written into the dead MR
+  auto rc = t.b.recv_cq();
+  REQUIRE(rc.size() == 1);
+  CHECK(st(rc[0]) == "LOC_PROT_ERR");
+}
+}  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+// The daemon's DMA flushes queued writes before every read and drops their
+// outcome. The responder's first packet is placed (queued, doomed) and its
+// ACK delayed; then the same process posts work and the requester reads its
+// payload. The engine must commit before that read, or the failure is lost
+// and the delayed ACK acknowledges data that never landed.
+TEST_CASE("responder__failure_is_not_lost_to_a_read_that_flushes") {
+  Bench t;
+  t.connect_pair();
+  t.b.dma.fail_on_commit = true;
+  t.b.dma.reads_flush = true;
+  t.b.dma.bad_writes.push_back({t.b.base() + 4096 + 100, 10});
+  t.filter = [](const std::string& what, bool from_a) {  // first copies of packets 2, 3
+    bool later = what.find("psn 1001 ") != std::string::npos ||
+                 what.find("psn 1002 ") != std::string::npos;
+    return !(from_a && later && what.find("RETX") == std::string::npos);
+  };
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 4096, 3000)) == 0);
+  REQUIRE(t.run([&] { return t.b.dma.failed_writes >= 1; }));
+  SendWr w = t.b.wr(WrOpcode::kRdmaWrite, 9, 0, 100);
+  w.remote_addr = t.a.base();
+  w.rkey = t.a.mr.rkey;
+  REQUIRE(t.b.post_send(w) == 0);
+  t.b.engine->pump();  // gathers w's payload: a read
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "REM_ACCESS_ERR");
+  CHECK(acks_of(t.b).empty());  // the doomed packet was never acknowledged
+  CHECK(t.b.dma.failed_commits == 1);
+}
+}  // namespace metaroce::fw::test

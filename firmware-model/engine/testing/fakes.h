@@ -46,7 +46,9 @@ class FakeRandom : public RandomInterface {
 // Writes overlapping a range of bad_writes never land: write() returns false,
 // or, with fail_on_commit, it reports success (a queued write) and the next
 // commit() of that owner returns false, as a host whose flush faults does.
-// Accesses overlapping `watch` are counted (e.g. memory whose MR is gone).
+// With reads_flush, a read of an owner drops its pending failure, as a host
+// whose reads first flush queued writes and ignore the outcome (the
+// daemon's ProcessDma) does. Accesses overlapping `watch` are counted.
 class FakeDma : public DmaInterface {
  public:
   struct Range {
@@ -55,6 +57,7 @@ class FakeDma : public DmaInterface {
   };
   bool read(OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override {
     if (watch.overlaps(addr, dst.size())) ++watch_hits;
+    if (reads_flush) lost.erase(owner);
     if (dead.count(owner) || gone.count(owner)) return false;
     if (!dst.empty()) std::memcpy(dst.data(), reinterpret_cast<const void*>(addr), dst.size());
     ++reads;
@@ -84,6 +87,7 @@ class FakeDma : public DmaInterface {
   std::set<OwnerId> dead, gone;
   std::vector<Range> bad_writes;
   bool fail_on_commit = false;
+  bool reads_flush = false;
   Range watch;
   uint64_t watch_hits = 0;
   uint64_t reads = 0, writes = 0, failed_writes = 0, commits = 0, failed_commits = 0;
