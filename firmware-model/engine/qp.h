@@ -25,6 +25,9 @@ inline constexpr uint32_t kReadChunk = 256;   // READ data tracked in 256-byte c
 inline constexpr uint32_t kRdSlots = 32;      // > max_qp_rd_atom: READ/atomic msn -> WQE
 inline constexpr uint32_t kAtomicCache = 64;  // responder: executed atomics, by PSN
 inline constexpr uint32_t kAckEvery = 2;      // ACK at least every this many packets
+// READ responses leave at the port's line rate, with at most this much
+// time's worth sent back to back after an idle spell (responder::run).
+inline constexpr Time kReadPaceBurst = 20'000;  // ns
 // Memory bounds (docs/engine.md §Memory bounds). A READ starts only while
 // the READs outstanding on the QP total at most kMaxReadBytes (or none is
 // outstanding), so their chunk bitmaps hold at most kMaxReadBytes / 2048
@@ -169,6 +172,7 @@ struct Qp {
   Time tlp_deadline = kNever;  // tail loss probe (one per flight)
   Time read_deadline = kNever;  // earliest SendWqe::read_check
   Time pace_deadline = kNever;
+  Time read_pace_at = 0;  // responder: when the next READ response may leave
   bool req_error = false;  // a WQE failed: start nothing new
   bool sq_drained_reported = false;
 

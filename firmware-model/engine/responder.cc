@@ -488,12 +488,20 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
     uint32_t len = std::min(qp.mtu, j.length - j.done);
     uint32_t wire = len + static_cast<uint32_t>(proto::header_length(Opcode::kReadResp) +
                                                 proto::kIcrcLen);
+    // Line-rate pacing, not the QP's congestion window: that window is the
+    // requester role's and only ACKs of this QP's own requests move it, so
+    // after one loss of its own it would hold every later READ response at
+    // one packet per RTT for good (READs then ran out of retries). The data
+    // a peer can pull is bounded on its side (max_rd_atomic, READ budget),
+    // as on IB.
     Time now = c.now();
-    Time t = qp.cc->next_send_time(now, wire);
-    if (t > now) {
-      qp.pace_deadline = t;
+    if (qp.read_pace_at > now) {
+      qp.pace_deadline = qp.read_pace_at;
       break;
     }
+    uint64_t bps = c.config().link_bps ? c.config().link_bps : 25'000'000'000;
+    qp.read_pace_at = std::max(qp.read_pace_at, now - std::min(now, kReadPaceBurst)) +
+                      static_cast<Time>(uint64_t{wire} * 8'000'000'000 / bps);
     std::span<uint8_t> buf(c.scratch().data(), len);
     c.commit(qp.owner);  // a READ sees earlier writes, and their failure is not lost
     if (qp.state == QpState::kErr) break;

@@ -492,9 +492,10 @@ size_t count_sent(const Node& n, const std::string& what) {
 TEST_CASE("responder__dereg_mr_stops_a_queued_read") {
   Bench t;
   t.connect_pair(1 << 21);
-  // Shrink b's congestion window below one packet (CE marks on its own
-  // requests): b then paces its READ responses, so the READ job is still
-  // queued when the host deregisters the MR.
+  // b paces its READ responses at line rate, so the READ job is still
+  // queued after its first response, when the host deregisters the MR.
+  // (CE marks on b's own requests shrink its window too, which must not
+  // matter: responder__read_responses_are_not_held_by_the_responders_own_window.)
   t.b.port.ecn = 0b11;
   for (int i = 0; i < 400; ++i) {
     SendWr w = t.b.wr(WrOpcode::kRdmaWrite, 100 + i, 0, 1024, 0);
@@ -519,6 +520,37 @@ TEST_CASE("responder__dereg_mr_stops_a_queued_read") {
   CHECK(t.b.dma.watch_hits == 0);  // no DMA through the dead rkey
   CHECK(count_sent(t.b, "RDMA_READ_RESP") == before);
   CHECK(t.b.events.has_event(EventType::kQpAccessErr, t.b.qpn));
+}
+
+// The responder's own congestion window (its requester role's) gets no
+// feedback from READ responses. After it collapsed (CE on b's own WRITEs),
+// READ responses used to crawl at one packet per RTT until the READ ran out
+// of retries on a live daemon; they leave at line rate now, and the data a
+// peer can pull is bounded on its side (max_rd_atomic).
+TEST_CASE("responder__read_responses_are_not_held_by_the_responders_own_window") {
+  Bench t;
+  t.connect_pair(1 << 21);
+  t.b.port.ecn = 0b11;
+  for (int i = 0; i < 400; ++i) {
+    SendWr w = t.b.wr(WrOpcode::kRdmaWrite, 100 + i, 0, 1024, 0);
+    w.remote_addr = t.a.base();
+    w.rkey = t.a.mr.rkey;
+    REQUIRE(t.b.post_send(w) == 0);
+    t.run([&] { return t.b.engine->describe_qp(t.b.qpn).find("sq 0/0/0") != std::string::npos; });
+  }
+  t.b.port.ecn = 0b10;
+  REQUIRE(t.b.engine->describe_qp(t.b.qpn).find("cwnd 1024") != std::string::npos);  // collapsed
+  SendWr r = t.a.wr(WrOpcode::kRdmaRead, 1, 0, 1 << 20);
+  r.remote_addr = t.b.base();
+  r.rkey = t.b.mr.rkey;
+  Time start = t.clock.t;
+  REQUIRE(t.a.post_send(r) == 0);
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "SUCCESS");
+  // 1 MiB at 25 Gbit/s is 0.34 ms on the wire; one packet per 10 us RTT
+  // would take over 10 ms.
+  CHECK(t.clock.t - start < 2'000'000);
 }
 
 TEST_CASE("responder__dereg_mr_stops_a_receive_mid_message") {
