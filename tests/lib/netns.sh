@@ -183,14 +183,33 @@ mroce_hop_stats() {  # the hop's counters now, as JSON
   return 1
 }
 
+# True once pid has exited (gone, or a zombie: its fds, and with them the
+# daemon's per-interface claim, are released). The daemons are not this
+# shell's children (started in a command substitution), so `wait` cannot.
+_mroce_exited() {
+  local st
+  st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 0
+  [ -z "$st" ] || [ "$st" = Z ] || [ "$st" = X ]
+}
+
 mroce_daemon_restart() {  # a|b
   if [ "$1" = a ]; then
-    kill -9 "$MROCE_PID_A" 2>/dev/null; wait "$MROCE_PID_A" 2>/dev/null
+    kill -9 "$MROCE_PID_A" 2>/dev/null
+    _mroce_wait_exit "$MROCE_PID_A" || return 1
     MROCE_PID_A=$(_mroce_start_daemon "$MROCE_NS_A" "$MROCE_IF_A" "$MROCE_DEV_A" "$MROCE_RUN_A")
   else
-    kill -9 "$MROCE_PID_B" 2>/dev/null; wait "$MROCE_PID_B" 2>/dev/null
+    kill -9 "$MROCE_PID_B" 2>/dev/null
+    _mroce_wait_exit "$MROCE_PID_B" || return 1
     MROCE_PID_B=$(_mroce_start_daemon "$MROCE_NS_B" "$MROCE_IF_B" "$MROCE_DEV_B" "$MROCE_RUN_B")
   fi
+}
+
+_mroce_wait_exit() {  # pid: up to 30 s
+  local end=$((SECONDS + 30))
+  until _mroce_exited "$1"; do
+    [ "$SECONDS" -lt "$end" ] || { echo "netns.sh: pid $1 still alive 30 s after SIGKILL" >&2; return 1; }
+    sleep 0.05
+  done
 }
 
 mroce_net_down() {
@@ -204,8 +223,8 @@ mroce_net_down() {
   for pid in ${MROCE_PID_A:-} ${MROCE_PID_B:-}; do
     # A grace period for a clean exit (not a check): then SIGKILL.
     local end=$((SECONDS + 10))
-    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.05; done
-    kill -9 "$pid" 2>/dev/null
+    while ! _mroce_exited "$pid" && [ "$SECONDS" -lt "$end" ]; do sleep 0.05; done
+    _mroce_exited "$pid" || { kill -9 "$pid" 2>/dev/null; _mroce_wait_exit "$pid"; }
   done
   MROCE_PID_A=; MROCE_PID_B=
   _mroce_stop_hop
