@@ -105,8 +105,13 @@ daemon_alive() {  # a|b
 
 # Server in A, client in B; both must exit 0. Extra args go to both.
 PORT=18700
+# Verified traffic: IB timeout 18 (1.07 s per try, 8.6 s without progress)
+# rather than the default 14 (0.54 s): this checks content and survival, and
+# a loaded 2-vCPU CI stalls a QP for longer than 0.5 s at times (a bulk READ
+# ran out of retries so once, its responder busy with re-requested READs).
 traffic() {  # name args...
   local name=$1 spid rc=0 src=0; shift
+  set -- --timeout 18 "$@"
   PORT=$((PORT + 1))
   in_a "$TRAFFIC" server --dev "$MROCE_DEV_A" --port "$PORT" "$@" >"$WORK/$name.server.log" 2>&1 &
   spid=$!; e2e_track_pid "$spid"
