@@ -130,9 +130,13 @@ t_pingpong_gid0_tentative() {
     e2e_fail "DAD ended during the case: it no longer shows the first-packet behaviour"
 }
 
+# -u 18: an IB timeout of 1.07 s per try (8.6 s without progress) instead of
+# perftest's 14 (0.54 s): these cases check that the tools run and print
+# figures; under load a 2-vCPU CI stalled a latency ping-pong past 0.5 s
+# (both sides RETRY_EXC_ERR, also on the engine before this session).
 perf() {  # tool extra-args
   local tool=$1; shift
-  pair "$tool" "in_a $tool -d $MROCE_DEV_A -x $GID_A $*" "in_b $tool -d $MROCE_DEV_B -x $GID_B $*"
+  pair "$tool" "in_a $tool -d $MROCE_DEV_A -x $GID_A -u 18 $*" "in_b $tool -d $MROCE_DEV_B -x $GID_B -u 18 $*"
   perf_figure "$E2E_RUN_DIR/$tool.client.log"
 }
 t_write_bw() { perf ib_write_bw -s 65536 -n 500; }
