@@ -439,12 +439,17 @@ int Device::op_create_cq(Client& c, const Request& r, Reply* out) {
     out->reason = "cqe must be 1.." + std::to_string(engine_->caps().max_cqe);
     return EINVAL;
   }
+  // The ring keeps a spare slot, so it may exceed max_cqe; the engine is
+  // asked for what the client asked for, which it accepts.
   uint32_t entries = round_up_pow2(req.cqe + 1);
   size_t bytes = ring_bytes(entries, sizeof(mroce_cqe));
   if ((err = check_ring_bytes(c, bytes, out))) return err;
   uint32_t cqn = 0;
-  err = engine_->create_cq(c.id, entries, &cqn);
-  if (err) return err;
+  err = engine_->create_cq(c.id, req.cqe, &cqn);
+  if (err) {
+    out->reason = err == ENOMEM ? "no CQ numbers left" : "engine refused the CQ";
+    return err;
+  }
   CqState cq;
   cq.owner = c.id;
   cq.user_handle = req.user_handle;

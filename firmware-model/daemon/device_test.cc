@@ -444,6 +444,22 @@ TEST_CASE("rings__garbage_wqes_are_counted_by_reason_and_other_qps_keep_working"
   for (int i = 0; i < 64; i++) CHECK(victim.buf[4096 + i] == 0x6b);
 }
 
+TEST_CASE("control__create_cq_takes_exactly_max_cqe_and_refuses_one_more_with_a_reason") {
+  Fixture f;
+  auto dev = reply_as<mroce_device_attr>(f.call(MROCE_OP_QUERY_DEVICE, {}));
+  REQUIRE(dev.max_cqe > 0);
+  mroce_create_cq_req req{0x1234, dev.max_cqe, 0};
+  Device::Reply r = f.call(MROCE_OP_CREATE_CQ, bytes_of(req));
+  REQUIRE_MESSAGE(r.err == 0, r.reason);
+  auto resp = reply_as<mroce_create_cq_resp>(r);
+  CHECK(resp.entries >= dev.max_cqe + 1);
+  for (int fd : r.fds) close(fd);
+  req.cqe = dev.max_cqe + 1;
+  r = f.call(MROCE_OP_CREATE_CQ, bytes_of(req));
+  CHECK(r.err == EINVAL);
+  CHECK(r.reason == "cqe must be 1.." + std::to_string(dev.max_cqe));
+}
+
 TEST_CASE("rings__a_consumer_index_written_by_the_client_is_never_read_back") {
   Fixture f;
   Pair p(f);
