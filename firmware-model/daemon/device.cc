@@ -746,8 +746,9 @@ bool Device::ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t pr
   return false;
 }
 
-// Converts a WQE already copied out of the ring; 0 or EINVAL (counted).
-int Device::to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr) {
+// Converts a WQE already copied out of the ring; 0, or EINVAL with *defect
+// the counter of its reason (the caller counts it once the WQE is consumed).
+int Device::to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr, uint64_t** defect) {
   wr->wr_id = w.wr_id;
   wr->opcode = static_cast<fw::WrOpcode>(w.opcode);  // range-checked by the engine
   wr->send_flags = w.send_flags;
@@ -760,19 +761,36 @@ int Device::to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr) {
   wr->num_sge = 0;
   if (w.send_flags & fw::kSendInline) {
     if (w.inline_len > MROCE_MAX_INLINE) {
-      counters_.wqe_bad_inline_len++;
+      *defect = &counters_.wqe_bad_inline_len;
       return EINVAL;
     }
     wr->inline_data.assign(w.u.inline_data, w.u.inline_data + w.inline_len);
     return 0;
   }
   if (w.num_sge > MROCE_MAX_SGE) {
-    counters_.wqe_bad_sge_count++;
+    *defect = &counters_.wqe_bad_sge_count;
     return EINVAL;
   }
   wr->num_sge = w.num_sge;
   for (uint32_t i = 0; i < w.num_sge; i++) {
     wr->sg[i] = {w.u.sg[i].addr, w.u.sg[i].length, w.u.sg[i].lkey};
+  }
+  return 0;
+}
+
+// A WQE the converter or the engine refused. The engine queues it so it
+// completes in posting order, after the work before it, and moves the QP to
+// ERR. ENOMEM: the engine's SQ is full; it stays in the ring for a retry.
+int Device::reject_send(uint32_t qpn, QpState& qp, uint64_t wr_id) {
+  int err = engine_->post_send_error(qp.owner, qpn, wr_id, fw::WcStatus::kLocQpOpErr);
+  if (err == ENOMEM) return err;
+  counters_.wqe_rejected++;
+  if (err) {  // SQ not open (RESET/INIT/RTR/SQE): no earlier work to wait for
+    fw::Completion wc;
+    wc.wr_id = wr_id;
+    wc.status = fw::WcStatus::kLocQpOpErr;
+    wc.qp_num = qpn;
+    complete(qp.send_cqn, wc);
   }
   return 0;
 }
@@ -789,17 +807,12 @@ int Device::drain_sq(uint32_t qpn, QpState& qp) {
   for (; cons != prod; cons++, n++) {
     mroce_send_wqe w;
     std::memcpy(&w, qp.sq.slot(cons), sizeof(w));  // the client may scribble: copy first
-    int err = to_send_wr(w, &wr);
+    uint64_t* defect = nullptr;
+    int err = to_send_wr(w, &wr, &defect);
     if (!err) err = engine_->post_send(qp.owner, qpn, wr);
     if (err == ENOMEM) break;  // engine queue full: leave it in the ring, retry later
-    if (err) {
-      counters_.wqe_rejected++;
-      fw::Completion wc;
-      wc.wr_id = w.wr_id;
-      wc.status = fw::WcStatus::kLocQpOpErr;
-      wc.qp_num = qpn;
-      complete(qp.send_cqn, wc);
-    }
+    if (err && reject_send(qpn, qp, w.wr_id) == ENOMEM) break;
+    if (defect) (*defect)++;  // counted once, when it left the ring
   }
   qp.sq_cons = cons;
   qp.sq.store_consumer(cons);

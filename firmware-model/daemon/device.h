@@ -199,7 +199,8 @@ class Device : fw::ClockInterface,
   int drain_sq(uint32_t qpn, QpState& qp);
   int drain_rq(uint32_t qpn, QpState& qp);
   bool ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t prod, uint32_t entries);
-  int to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr);
+  int to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr, uint64_t** defect);
+  int reject_send(uint32_t qpn, QpState& qp, uint64_t wr_id);
   bool qp_has_work(const QpState& qp) const;
   int check_channel_fd(int fd, std::string* why);
   bool send_record(int fd, const void* rec, size_t len);
