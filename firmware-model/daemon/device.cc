@@ -832,7 +832,6 @@ int Device::drain_rq(uint32_t qpn, QpState& qp) {
     std::memcpy(&w, qp.rq.slot(cons), sizeof(w));
     int err = 0;
     if (w.num_sge > MROCE_MAX_SGE) {
-      counters_.wqe_bad_sge_count++;
       err = EINVAL;
     } else {
       wr.wr_id = w.wr_id;
@@ -843,11 +842,28 @@ int Device::drain_rq(uint32_t qpn, QpState& qp) {
       err = engine_->post_recv(qp.owner, qpn, wr);
     }
     if (err == ENOMEM) break;
-    if (err) counters_.wqe_rejected++;
+    if (err) count_recv_refusal(qpn, qp, w.num_sge);
   }
   qp.rq_cons = cons;
   qp.rq.store_consumer(cons);
   return n;
+}
+
+// A receive ring entry the engine refused. No CQE can carry it (it never
+// entered the RQ), so it is counted by reason: a QP in RESET, or too many
+// SGEs (above MROCE_MAX_SGE, or above the QP's max_recv_sge).
+void Device::count_recv_refusal(uint32_t qpn, const QpState& qp, uint32_t num_sge) {
+  counters_.wqe_rejected++;
+  fw::QpAttr attr;
+  fw::QpInitAttr init;
+  int err = engine_->query_qp(qp.owner, qpn, &attr, &init);
+  if (!err && attr.qp_state == fw::QpState::kReset) {
+    counters_.wqe_recv_in_reset++;
+  } else if (num_sge > MROCE_MAX_SGE || (!err && num_sge > init.cap.max_recv_sge)) {
+    counters_.wqe_bad_sge_count++;
+  } else {
+    counters_.wqe_recv_refused_other++;
+  }
 }
 
 bool Device::qp_has_work(const QpState& qp) const {

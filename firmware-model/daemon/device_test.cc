@@ -475,6 +475,26 @@ TEST_CASE("rings__a_rejected_wqe_completes_in_posting_order_and_moves_the_qp_to_
   CHECK(st.attr.qp_state == 6);  // IBV_QPS_ERR
 }
 
+TEST_CASE("rings__a_receive_written_into_the_ring_in_reset_is_counted_by_reason") {
+  Fixture f;
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  Cq cq = make_cq(f);
+  Qp a = make_qp(f, pdn, cq);  // never modified: RESET
+  auto* rw = static_cast<mroce_recv_wqe*>(a.rq.slot(0));
+  *rw = {};
+  rw->wr_id = 5;
+  a.rq.store_producer(1);
+  REQUIRE(f.run_until([&] { return f.device.counters().wqe_recv_in_reset >= 1; },
+                      std::chrono::seconds(30)));
+  CHECK(f.device.counters().wqe_recv_in_reset == 1);
+  CHECK(f.device.counters().wqe_rejected == 1);
+  CHECK(f.device.counters().wqe_bad_sge_count == 0);
+  CHECK(f.device.counters().wqe_recv_refused_other == 0);
+  CHECK(cq.ring.load_producer() == 0);  // consumed, with no completion to carry it
+  CHECK(f.device.prepare_sleep());      // and not retried forever
+  f.device.end_sleep();
+}
+
 TEST_CASE("control__create_cq_takes_exactly_max_cqe_and_refuses_one_more_with_a_reason") {
   Fixture f;
   auto dev = reply_as<mroce_device_attr>(f.call(MROCE_OP_QUERY_DEVICE, {}));
