@@ -849,18 +849,18 @@ int Device::drain_rq(uint32_t qpn, QpState& qp) {
   return n;
 }
 
-// A receive ring entry the engine refused. No CQE can carry it (it never
-// entered the RQ), so it is counted by reason: a QP in RESET, or too many
-// SGEs (above MROCE_MAX_SGE, or above the QP's max_recv_sge).
+// A receive ring entry refused. No CQE can carry it (it never entered the
+// RQ), so it is counted by reason: too many SGEs (above MROCE_MAX_SGE or the
+// QP's max_recv_sge), a QP in RESET, or anything else the engine refused.
 void Device::count_recv_refusal(uint32_t qpn, const QpState& qp, uint32_t num_sge) {
   counters_.wqe_rejected++;
   fw::QpAttr attr;
   fw::QpInitAttr init;
-  int err = engine_->query_qp(qp.owner, qpn, &attr, &init);
-  if (!err && attr.qp_state == fw::QpState::kReset) {
-    counters_.wqe_recv_in_reset++;
-  } else if (num_sge > MROCE_MAX_SGE || (!err && num_sge > init.cap.max_recv_sge)) {
+  int err = num_sge > MROCE_MAX_SGE ? EINVAL : engine_->query_qp(qp.owner, qpn, &attr, &init);
+  if (num_sge > MROCE_MAX_SGE || (!err && num_sge > init.cap.max_recv_sge)) {
     counters_.wqe_bad_sge_count++;
+  } else if (!err && attr.qp_state == fw::QpState::kReset) {
+    counters_.wqe_recv_in_reset++;
   } else {
     counters_.wqe_recv_refused_other++;
   }
