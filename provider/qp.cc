@@ -309,9 +309,11 @@ int mroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask
   int err = mroce_ctrl_call(to_mroce_ctx(ibqp->context), &call);
   if (err) return err;
   if (attr_mask & IBV_QP_STATE) {
-    // post_send checks the state under the SQ lock.
+    // post_send and post_recv check the state under their queue's lock.
     pthread_spin_lock(&qp->sq.lock);
+    pthread_spin_lock(&qp->rq.lock);
     ibqp->state = attr->qp_state;
+    pthread_spin_unlock(&qp->rq.lock);
     pthread_spin_unlock(&qp->sq.lock);
   }
   return 0;
@@ -388,6 +390,8 @@ int mroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
   struct mroce_wq *rq = &qp->rq;
   int err = mroce_dead(to_mroce_ctx(ibqp->context)) ? EIO : 0;
   pthread_spin_lock(&rq->lock);
+  // A receive in RESET would never complete: the NIC refuses it.
+  if (!err && ibqp->state == IBV_QPS_RESET) err = EINVAL;
   uint32_t start = rq->prod;
   for (; wr && !err; wr = wr->next) {
     if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > rq->max_sge) {

@@ -439,12 +439,17 @@ int Device::op_create_cq(Client& c, const Request& r, Reply* out) {
     out->reason = "cqe must be 1.." + std::to_string(engine_->caps().max_cqe);
     return EINVAL;
   }
+  // The ring keeps a spare slot, so it may exceed max_cqe; the engine is
+  // asked for what the client asked for, which it accepts.
   uint32_t entries = round_up_pow2(req.cqe + 1);
   size_t bytes = ring_bytes(entries, sizeof(mroce_cqe));
   if ((err = check_ring_bytes(c, bytes, out))) return err;
   uint32_t cqn = 0;
-  err = engine_->create_cq(c.id, entries, &cqn);
-  if (err) return err;
+  err = engine_->create_cq(c.id, req.cqe, &cqn);
+  if (err) {
+    out->reason = err == ENOMEM ? "no CQ numbers left" : "engine refused the CQ";
+    return err;
+  }
   CqState cq;
   cq.owner = c.id;
   cq.user_handle = req.user_handle;
@@ -741,8 +746,9 @@ bool Device::ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t pr
   return false;
 }
 
-// Converts a WQE already copied out of the ring; 0 or EINVAL (counted).
-int Device::to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr) {
+// Converts a WQE already copied out of the ring; 0, or EINVAL with *defect
+// the counter of its reason (the caller counts it once the WQE is consumed).
+int Device::to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr, uint64_t** defect) {
   wr->wr_id = w.wr_id;
   wr->opcode = static_cast<fw::WrOpcode>(w.opcode);  // range-checked by the engine
   wr->send_flags = w.send_flags;
@@ -755,19 +761,36 @@ int Device::to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr) {
   wr->num_sge = 0;
   if (w.send_flags & fw::kSendInline) {
     if (w.inline_len > MROCE_MAX_INLINE) {
-      counters_.wqe_bad_inline_len++;
+      *defect = &counters_.wqe_bad_inline_len;
       return EINVAL;
     }
     wr->inline_data.assign(w.u.inline_data, w.u.inline_data + w.inline_len);
     return 0;
   }
   if (w.num_sge > MROCE_MAX_SGE) {
-    counters_.wqe_bad_sge_count++;
+    *defect = &counters_.wqe_bad_sge_count;
     return EINVAL;
   }
   wr->num_sge = w.num_sge;
   for (uint32_t i = 0; i < w.num_sge; i++) {
     wr->sg[i] = {w.u.sg[i].addr, w.u.sg[i].length, w.u.sg[i].lkey};
+  }
+  return 0;
+}
+
+// A WQE the converter or the engine refused. The engine queues it so it
+// completes in posting order, after the work before it, and moves the QP to
+// ERR. ENOMEM: the engine's SQ is full; it stays in the ring for a retry.
+int Device::reject_send(uint32_t qpn, QpState& qp, uint64_t wr_id) {
+  int err = engine_->post_send_error(qp.owner, qpn, wr_id, fw::WcStatus::kLocQpOpErr);
+  if (err == ENOMEM) return err;
+  counters_.wqe_rejected++;
+  if (err) {  // SQ not open (RESET/INIT/RTR/SQE): no earlier work to wait for
+    fw::Completion wc;
+    wc.wr_id = wr_id;
+    wc.status = fw::WcStatus::kLocQpOpErr;
+    wc.qp_num = qpn;
+    complete(qp.send_cqn, wc);
   }
   return 0;
 }
@@ -784,17 +807,12 @@ int Device::drain_sq(uint32_t qpn, QpState& qp) {
   for (; cons != prod; cons++, n++) {
     mroce_send_wqe w;
     std::memcpy(&w, qp.sq.slot(cons), sizeof(w));  // the client may scribble: copy first
-    int err = to_send_wr(w, &wr);
+    uint64_t* defect = nullptr;
+    int err = to_send_wr(w, &wr, &defect);
     if (!err) err = engine_->post_send(qp.owner, qpn, wr);
     if (err == ENOMEM) break;  // engine queue full: leave it in the ring, retry later
-    if (err) {
-      counters_.wqe_rejected++;
-      fw::Completion wc;
-      wc.wr_id = w.wr_id;
-      wc.status = fw::WcStatus::kLocQpOpErr;
-      wc.qp_num = qpn;
-      complete(qp.send_cqn, wc);
-    }
+    if (err && reject_send(qpn, qp, w.wr_id) == ENOMEM) break;
+    if (defect) (*defect)++;  // counted once, when it left the ring
   }
   qp.sq_cons = cons;
   qp.sq.store_consumer(cons);
@@ -814,7 +832,6 @@ int Device::drain_rq(uint32_t qpn, QpState& qp) {
     std::memcpy(&w, qp.rq.slot(cons), sizeof(w));
     int err = 0;
     if (w.num_sge > MROCE_MAX_SGE) {
-      counters_.wqe_bad_sge_count++;
       err = EINVAL;
     } else {
       wr.wr_id = w.wr_id;
@@ -825,11 +842,28 @@ int Device::drain_rq(uint32_t qpn, QpState& qp) {
       err = engine_->post_recv(qp.owner, qpn, wr);
     }
     if (err == ENOMEM) break;
-    if (err) counters_.wqe_rejected++;
+    if (err) count_recv_refusal(qpn, qp, w.num_sge);
   }
   qp.rq_cons = cons;
   qp.rq.store_consumer(cons);
   return n;
+}
+
+// A receive ring entry refused. No CQE can carry it (it never entered the
+// RQ), so it is counted by reason: too many SGEs (above MROCE_MAX_SGE or the
+// QP's max_recv_sge), a QP in RESET, or anything else the engine refused.
+void Device::count_recv_refusal(uint32_t qpn, const QpState& qp, uint32_t num_sge) {
+  counters_.wqe_rejected++;
+  fw::QpAttr attr;
+  fw::QpInitAttr init;
+  int err = num_sge > MROCE_MAX_SGE ? EINVAL : engine_->query_qp(qp.owner, qpn, &attr, &init);
+  if (num_sge > MROCE_MAX_SGE || (!err && num_sge > init.cap.max_recv_sge)) {
+    counters_.wqe_bad_sge_count++;
+  } else if (!err && attr.qp_state == fw::QpState::kReset) {
+    counters_.wqe_recv_in_reset++;
+  } else {
+    counters_.wqe_recv_refused_other++;
+  }
 }
 
 bool Device::qp_has_work(const QpState& qp) const {

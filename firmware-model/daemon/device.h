@@ -81,7 +81,9 @@ struct DeviceConfig {
   X(ring_bad_producer)           /* SQ/RQ producer index beyond the ring: QP fatal */ \
   X(wqe_bad_sge_count)           /* num_sge above MROCE_MAX_SGE */                    \
   X(wqe_bad_inline_len)          /* inline_len above MROCE_MAX_INLINE */              \
-  X(wqe_rejected)                /* ring entries the engine refused (error CQE) */    \
+  X(wqe_rejected)                /* ring entries refused (SQ: error CQE; RQ: none) */ \
+  X(wqe_recv_in_reset)           /* receive ring entries of a QP in RESET */          \
+  X(wqe_recv_refused_other)      /* receive entries refused for any other reason */   \
   X(cq_events)                                                                        \
   X(cq_event_write_failed)       /* channel full or closed: never waited for */       \
   X(async_events)                                                                     \
@@ -199,7 +201,9 @@ class Device : fw::ClockInterface,
   int drain_sq(uint32_t qpn, QpState& qp);
   int drain_rq(uint32_t qpn, QpState& qp);
   bool ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t prod, uint32_t entries);
-  int to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr);
+  int to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr, uint64_t** defect);
+  int reject_send(uint32_t qpn, QpState& qp, uint64_t wr_id);
+  void count_recv_refusal(uint32_t qpn, const QpState& qp, uint32_t num_sge);
   bool qp_has_work(const QpState& qp) const;
   int check_channel_fd(int fd, std::string* why);
   bool send_record(int fd, const void* rec, size_t len);

@@ -444,6 +444,73 @@ TEST_CASE("rings__garbage_wqes_are_counted_by_reason_and_other_qps_keep_working"
   for (int i = 0; i < 64; i++) CHECK(victim.buf[4096 + i] == 0x6b);
 }
 
+TEST_CASE("rings__a_rejected_wqe_completes_in_posting_order_and_moves_the_qp_to_err") {
+  Fixture f;
+  Pair p(f);
+  // A good WRITE (needs B's ACK: cannot complete in this pass), then a WQE
+  // with too many SGEs, then another good WRITE.
+  p.post_write(1);
+  auto* w = static_cast<mroce_send_wqe*>(p.a.sq.slot(p.posted));
+  *w = {};
+  w->wr_id = 1000 + p.posted;
+  w->send_flags = 2;
+  w->num_sge = 200;
+  p.a.sq.store_producer(++p.posted);
+  p.post_write(3);
+  REQUIRE(f.run_until([&] { return p.cq.ring.load_producer() >= 3; }));
+  REQUIRE(p.cq.ring.load_producer() == 3);
+  std::vector<uint64_t> ids;
+  std::vector<uint32_t> statuses;
+  for (uint32_t i = 0; i < 3; i++) {
+    auto* e = static_cast<mroce_cqe*>(p.cq.ring.slot(i));
+    ids.push_back(e->wr_id);
+    statuses.push_back(e->status);
+  }
+  CHECK(ids == std::vector<uint64_t>{1000, 1001, 1002});      // posting order
+  CHECK(statuses == std::vector<uint32_t>{0, 2, 5});  // SUCCESS, LOC_QP_OP_ERR, WR_FLUSH_ERR
+  CHECK(f.device.counters().wqe_bad_sge_count == 1);
+  CHECK(f.device.counters().wqe_rejected == 1);
+  mroce_handle_req q{p.a.qpn, 0};
+  auto st = reply_as<mroce_query_qp_resp>(f.call(MROCE_OP_QUERY_QP, bytes_of(q)));
+  CHECK(st.attr.qp_state == 6);  // IBV_QPS_ERR
+}
+
+TEST_CASE("rings__a_receive_written_into_the_ring_in_reset_is_counted_by_reason") {
+  Fixture f;
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  Cq cq = make_cq(f);
+  Qp a = make_qp(f, pdn, cq);  // never modified: RESET
+  auto* rw = static_cast<mroce_recv_wqe*>(a.rq.slot(0));
+  *rw = {};
+  rw->wr_id = 5;
+  a.rq.store_producer(1);
+  REQUIRE(f.run_until([&] { return f.device.counters().wqe_recv_in_reset >= 1; },
+                      std::chrono::seconds(30)));
+  CHECK(f.device.counters().wqe_recv_in_reset == 1);
+  CHECK(f.device.counters().wqe_rejected == 1);
+  CHECK(f.device.counters().wqe_bad_sge_count == 0);
+  CHECK(f.device.counters().wqe_recv_refused_other == 0);
+  CHECK(cq.ring.load_producer() == 0);  // consumed, with no completion to carry it
+  CHECK(f.device.prepare_sleep());      // and not retried forever
+  f.device.end_sleep();
+}
+
+TEST_CASE("control__create_cq_takes_exactly_max_cqe_and_refuses_one_more_with_a_reason") {
+  Fixture f;
+  auto dev = reply_as<mroce_device_attr>(f.call(MROCE_OP_QUERY_DEVICE, {}));
+  REQUIRE(dev.max_cqe > 0);
+  mroce_create_cq_req req{0x1234, dev.max_cqe, 0};
+  Device::Reply r = f.call(MROCE_OP_CREATE_CQ, bytes_of(req));
+  REQUIRE_MESSAGE(r.err == 0, r.reason);
+  auto resp = reply_as<mroce_create_cq_resp>(r);
+  CHECK(resp.entries >= dev.max_cqe + 1);
+  for (int fd : r.fds) close(fd);
+  req.cqe = dev.max_cqe + 1;
+  r = f.call(MROCE_OP_CREATE_CQ, bytes_of(req));
+  CHECK(r.err == EINVAL);
+  CHECK(r.reason == "cqe must be 1.." + std::to_string(dev.max_cqe));
+}
+
 TEST_CASE("rings__a_consumer_index_written_by_the_client_is_never_read_back") {
   Fixture f;
   Pair p(f);

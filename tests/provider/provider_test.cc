@@ -58,11 +58,12 @@ struct QpFixture : Fixture {
     a.cap = {8, 8, 4, 4, 64};
     qp = mroce_create_qp(pd, &a);
   }
-  void to_rts() {
+  void to_state(ibv_qp_state state) {
     ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_RTS;
+    attr.qp_state = state;
     REQUIRE(mroce_modify_qp(qp, &attr, IBV_QP_STATE) == 0);
   }
+  void to_rts() { to_state(IBV_QPS_RTS); }
   ~QpFixture() {
     if (qp) mroce_destroy_qp(qp);
     if (cq) mroce_destroy_cq(cq);
@@ -334,8 +335,34 @@ TEST_CASE("post_send__rejects_bad_input_with_einval") {
   CHECK(f.fake.sq_ring(0)->producer == 0);
 }
 
+TEST_CASE("post_recv__in_reset_is_einval_with_bad_wr_and_writes_nothing") {
+  QpFixture f;
+  ibv_sge sg = {0x1000, 64, 7};
+  ibv_recv_wr r2{};
+  r2.wr_id = 2;
+  r2.sg_list = &sg;
+  r2.num_sge = 1;
+  ibv_recv_wr r1 = r2;
+  r1.wr_id = 1;
+  r1.next = &r2;
+  ibv_recv_wr *bad = nullptr;
+  REQUIRE(f.qp->state == IBV_QPS_RESET);  // a fresh QP
+  CHECK(mroce_post_recv(f.qp, &r1, &bad) == EINVAL);
+  CHECK(bad == &r1);
+  CHECK(f.fake.rq_ring(0)->producer == 0);
+  f.to_state(IBV_QPS_INIT);  // receives may be posted from INIT on
+  bad = nullptr;
+  CHECK(mroce_post_recv(f.qp, &r1, &bad) == 0);
+  CHECK(f.fake.rq_ring(0)->producer == 2);
+  f.to_state(IBV_QPS_RESET);
+  CHECK(mroce_post_recv(f.qp, &r2, &bad) == EINVAL);
+  CHECK(bad == &r2);
+  CHECK(f.fake.rq_ring(0)->producer == 2);
+}
+
 TEST_CASE("post_recv__encodes_sges") {
   QpFixture f;
+  f.to_state(IBV_QPS_INIT);
   ibv_sge sg[2] = {{0x1000, 64, 7}, {0x2000, 32, 8}};
   ibv_recv_wr r{};
   r.wr_id = 42;
