@@ -487,15 +487,9 @@ size_t count_sent(const Node& n, const std::string& what) {
   for (auto& s : n.port.log) k += s.find(what) != std::string::npos;
   return k;
 }
-}  // namespace
-
-TEST_CASE("responder__dereg_mr_stops_a_queued_read") {
-  Bench t;
-  t.connect_pair(1 << 21);
-  // b paces its READ responses at line rate, so the READ job is still
-  // queued after its first response, when the host deregisters the MR.
-  // (CE marks on b's own requests shrink its window too, which must not
-  // matter: responder__read_responses_are_not_held_by_the_responders_own_window.)
+// CE marks on 400 of b's own WRITEs shrink b's congestion window to its
+// minimum; then a 1 MiB READ of b's memory from a, ready to post.
+SendWr collapse_b_window_then_read(Bench& t) {
   t.b.port.ecn = 0b11;
   for (int i = 0; i < 400; ++i) {
     SendWr w = t.b.wr(WrOpcode::kRdmaWrite, 100 + i, 0, 1024, 0);
@@ -508,6 +502,18 @@ TEST_CASE("responder__dereg_mr_stops_a_queued_read") {
   SendWr r = t.a.wr(WrOpcode::kRdmaRead, 1, 0, 1 << 20);
   r.remote_addr = t.b.base();
   r.rkey = t.b.mr.rkey;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("responder__dereg_mr_stops_a_queued_read") {
+  Bench t;
+  t.connect_pair(1 << 21);
+  // b paces its READ responses at line rate, so the READ job is still
+  // queued after its first response, when the host deregisters the MR.
+  // (CE marks on b's own requests shrink its window too, which must not
+  // matter: responder__read_responses_are_not_held_by_the_responders_own_window.)
+  SendWr r = collapse_b_window_then_read(t);
   REQUIRE(t.a.post_send(r) == 0);
   REQUIRE(t.run([&] { return count_sent(t.b, "RDMA_READ_RESP") >= 1; }));
   size_t before = count_sent(t.b, "RDMA_READ_RESP");
@@ -530,19 +536,8 @@ TEST_CASE("responder__dereg_mr_stops_a_queued_read") {
 TEST_CASE("responder__read_responses_are_not_held_by_the_responders_own_window") {
   Bench t;
   t.connect_pair(1 << 21);
-  t.b.port.ecn = 0b11;
-  for (int i = 0; i < 400; ++i) {
-    SendWr w = t.b.wr(WrOpcode::kRdmaWrite, 100 + i, 0, 1024, 0);
-    w.remote_addr = t.a.base();
-    w.rkey = t.a.mr.rkey;
-    REQUIRE(t.b.post_send(w) == 0);
-    t.run([&] { return t.b.engine->describe_qp(t.b.qpn).find("sq 0/0/0") != std::string::npos; });
-  }
-  t.b.port.ecn = 0b10;
+  SendWr r = collapse_b_window_then_read(t);
   REQUIRE(t.b.engine->describe_qp(t.b.qpn).find("cwnd 1024") != std::string::npos);  // collapsed
-  SendWr r = t.a.wr(WrOpcode::kRdmaRead, 1, 0, 1 << 20);
-  r.remote_addr = t.b.base();
-  r.rkey = t.b.mr.rkey;
   Time start = t.clock.t;
   REQUIRE(t.a.post_send(r) == 0);
   auto sc = run_until_send_cq(t, 1);
