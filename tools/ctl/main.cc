@@ -265,6 +265,19 @@ constexpr int kMonitorIntervalMs = 200;
 constexpr size_t kMonitorMaxQps = 256;  // QPs whose counters are polled
 volatile sig_atomic_t g_stop = 0;
 
+// One QP's state and error counters; false if it is gone (or unreadable).
+bool poll_qp(ControlClient& client, uint32_t qpn, QpSnapshot* q) {
+  std::vector<Counter> counters;
+  mroce_qp_transport_resp t{};
+  std::string why;
+  if (client.query_counters(qpn, &counters, &why) || client.query_qp_transport(qpn, &t, &why))
+    return false;
+  q->state = qp_state_name(t.qp_state);
+  q->error = t.error_status ? wc_status_text(t.error_status) : "";
+  q->errors = error_counters(counters);
+  return true;
+}
+
 // One poll of DEV. A failed call drops the connection (reopened next time).
 Snapshot take_snapshot(const Command& c, std::unique_ptr<ControlClient>* client) {
   Snapshot s;
@@ -288,10 +301,10 @@ Snapshot take_snapshot(const Command& c, std::unique_ptr<ControlClient>* client)
   s.daemon = true;
   s.dev_errors = error_counters(counters);
   for (size_t i = 0; i < qps.size(); i++) {
-    counters.clear();
+    QpSnapshot q;
     // A QP destroyed since LIST_QPS answers ENOENT: it is simply gone.
-    if (i < kMonitorMaxQps && (*client)->query_counters(qps[i], &counters, &why)) continue;
-    s.qps[qps[i]] = error_counters(counters);
+    if (i < kMonitorMaxQps && !poll_qp(**client, qps[i], &q)) continue;
+    s.qps[qps[i]] = std::move(q);
   }
   return s;
 }
@@ -306,12 +319,13 @@ std::string now_text() {
   return std::string(buf) + "." + std::to_string(1000 + ms).substr(1) + "Z";
 }
 
+// Each event is flushed as it is printed: a pipe (`monitor | grep`) gets
+// it at once, not when a stdio buffer fills.
 void print_events(const Command& c, const std::vector<Event>& events) {
   for (const Event& e : events) {
     std::string t = now_text();
-    std::cout << (c.json ? json_event(c.dev, e, t) : t + " " + format_event(c.dev, e)) << "\n";
+    std::cout << (c.json ? json_event(c.dev, e, t) : t + " " + format_event(c.dev, e)) << std::endl;
   }
-  std::cout.flush();
 }
 
 int monitor(const Command& c) {
