@@ -11,6 +11,8 @@
 #     a QP driven into ERR (wrong rkey) arrives as a state change with its
 #     reason, streamed through a pipe,
 #   - readiness (NOTIFY_SOCKET) arrives only once the device is published,
+#   - with JOURNAL_STREAM naming its stderr, every log line carries its
+#     sd-daemon priority (<3> <4> <6> <7>); otherwise plain text,
 #   - bad input: a config with a wrong option, a second daemon for the same
 #     interface, a metrics port already in use: a clear message, non-zero exit.
 # Needs root; skips with a reason otherwise.
@@ -208,6 +210,43 @@ finally:
 PY
 }
 
+# journal_run LOG JOURNAL_STREAM ARGS...: metaroced in namespace A with
+# stderr appended to LOG and JOURNAL_STREAM set, in the background (pid in
+# $JPID).
+journal_run() {
+  local log=$1 js=$2; shift 2
+  ip netns exec "$MROCE_NS_A" env JOURNAL_STREAM="$js" "$METAROCED" "$@" 2>>"$log" &
+  JPID=$!; track "$JPID"
+}
+
+t_journal_priorities() {
+  local log=$WORK/journal.log other=$WORK/other.log
+  : > "$log"; : > "$other"
+  local js; js=$(stat -c '%d:%i' "$log")  # what systemd sets: stderr's st_dev:st_ino
+  journal_run "$log" "$js" --netdev "$X_A" --ibdev metaroce7 --io packet -v \
+    --run-dir "$RUN_X" --sysfs-root "$RUN_X/sysfs"
+  SEEN=0; wait_line "$log" '^<6>metaroce7 up on ' || return 1
+  ctl_x stat metaroce7 > /dev/null || e2e_fail "stat metaroce7"
+  ctl_x stat --qp 77777 metaroce7 > /dev/null 2>&1 && e2e_fail "stat of a QP that does not exist succeeded"
+  SEEN=0; wait_line "$log" '^<7>client pid [0-9]+ uid 0 connected as context' || return 1
+  SEEN=0; wait_line "$log" '^<4>context [0-9]+: op 14 failed: .*no such QP' || return 1
+  SEEN=0; wait_line "$log" '^<6>context [0-9]+ \(pid [0-9]+\) closed' || return 1
+  kill "$JPID"; wait "$JPID" || e2e_fail "metaroced did not exit 0 on SIGTERM"
+  grep -q '^<6>signal Terminated: shutting down$' "$log" || e2e_fail "no <6> shutdown line"
+  # An error: a start-up failure.
+  journal_run "$log" "$js" --netdev "$X_A" --ibdev metaroce7 --cc nope --run-dir "$RUN_X"
+  wait "$JPID" && e2e_fail "metaroced --cc nope succeeded"
+  grep -Eq "^<3>.*'nope'" "$log" || e2e_fail "no <3> line for an unknown congestion control"
+  cat "$log"
+  ! grep -Ev '^<[3467]>' "$log" || e2e_fail "a line without an sd-daemon priority (above)"
+  # JOURNAL_STREAM naming another file (inherited, stderr moved): plain text.
+  journal_run "$other" "$js" --netdev "$X_A" --ibdev metaroce7 --cc nope --run-dir "$RUN_X"
+  wait "$JPID" && e2e_fail "metaroced --cc nope succeeded"
+  cat "$other"
+  grep -q "^metaroced: .*'nope'" "$other" && ! grep -q '^<' "$other" ||
+    e2e_fail "with stderr not the journal, lines must be plain text"
+}
+
 t_bad_config() {
   printf 'ibdev metaroce7\npaths 4\nmetrix 9464\n' > "$WORK/bad.conf"
   expect_fail 2 "^metaroced: $WORK/bad.conf:3: unknown argument '--metrix' \(see --help\)$" \
@@ -347,6 +386,7 @@ if setup; then
   ops_case metrics_scraped_during_traffic_grow t_metrics_grow_during_traffic
   ops_case metrics_hostile_requests_refused t_metrics_hostile_requests
   ops_case ready_notified_only_after_publish t_ready_only_after_publish
+  ops_case journal_priority_prefixes t_journal_priorities
   ops_case bad_config_clear_message_exit_2 t_bad_config
   ops_case second_daemon_same_interface_refused t_second_daemon_refused
   ops_case metrics_port_in_use_refused t_metrics_port_in_use
