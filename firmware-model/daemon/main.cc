@@ -334,9 +334,11 @@ int main(int argc, char** argv) {
   bool help = false;
   if (!expand_config_option({argv + 1, argv + argc}, &args, &error) ||
       !parse_options(args, &o, &error, &help)) {
+    // One line, no usage dump: under metaroce-ctl link add or systemd the
+    // reason must be the log's last line, not scrolled off by the usage.
     log_init(false);
+    if (error.find("--help") == std::string::npos) error += " (see --help)";
     log_line(LogLevel::kError, error);
-    std::fprintf(stderr, "\n%s", usage());
     return 2;
   }
   if (help) {

@@ -203,15 +203,29 @@ int persist(const Command& c, std::vector<std::string>* args, bool* started, std
   return 0;
 }
 
+// link add's JSON object, the same fields however the daemon was started
+// (docs/operations.md §JSON).
+std::string json_link_added(const Command& c, pid_t pid, const std::string& log,
+                            const std::string& note) {
+  return JsonObject()
+      .add("ifname", c.dev)
+      .add("netdev", c.netdev)
+      .add("pid", static_cast<uint64_t>(pid))
+      .add("socket", socket_path(c.sysfs_root, c.run_dir, c.dev))
+      .add("log", log)
+      .add("note", note)
+      .str();
+}
+
 int link_add(const Command& c) {
   std::string why, note;
   std::vector<std::string> daemon_args = c.daemon_args;
   bool started = false;
   if (c.persist) {
     if (int rc = persist(c, &daemon_args, &started, &note)) return rc;
-    if (started) {
+    if (started) {  // by systemd: no pid of ours, the log is the journal
       if (c.json) {
-        print_json({JsonObject().add("ifname", c.dev).add("netdev", c.netdev).add("note", note).str()});
+        print_json({json_link_added(c, 0, "journal (journalctl -u metaroced@" + c.netdev + ")", note)});
       } else {
         std::cout << "link " << c.dev << " persisted: " << note << "\n";
       }
@@ -231,14 +245,7 @@ int link_add(const Command& c) {
   if (ctl::link_add(r, &pid, &why)) return fail("link add " + c.dev + ": " + why);
   LinkPaths paths = link_paths(c.run_dir, c.dev);
   if (c.json) {
-    print_json({JsonObject()
-                    .add("ifname", c.dev)
-                    .add("netdev", c.netdev)
-                    .add("pid", static_cast<uint64_t>(pid))
-                    .add("socket", paths.socket)
-                    .add("log", paths.log)
-                    .add("note", note)
-                    .str()});
+    print_json({json_link_added(c, pid, paths.log, note)});
     return 0;
   }
   std::cout << "link " << c.dev << " added: metaroced pid " << pid << " on " << c.netdev
