@@ -123,9 +123,11 @@ class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
     fw::PortInfo p = port_info();
     device_->set_port(p);
     std::string why;
-    if (!publisher_.publish(device_info(guid_), &why)) log_line(LogLevel::kError, "sysfs update failed: " + why);
+    if (!publisher_.publish(device_info(guid_), &why))
+      log_line(LogLevel::kError, "sysfs update failed: " + why);
     if (state_changed) {
-      log_line(p.active ? LogLevel::kInfo : LogLevel::kWarn, std::string("port ") + (p.active ? "ACTIVE" : "DOWN"));
+      log_line(p.active ? LogLevel::kInfo : LogLevel::kWarn,
+               std::string("port ") + (p.active ? "ACTIVE" : "DOWN"));
       device_->port_event(p.active);
     }
   }
@@ -175,7 +177,8 @@ int run(const Options& o) {
   }
   int err = mkdirs(o.run_dir);
   if (err) {
-    log_line(LogLevel::kError, "cannot create run directory " + o.run_dir + ": " + std::strerror(err));
+    log_line(LogLevel::kError,
+             "cannot create run directory " + o.run_dir + ": " + std::strerror(err));
     return 1;
   }
 
@@ -257,7 +260,8 @@ int run(const Options& o) {
     }
   }
   if (!publisher.publish(link.device_info(cfg.node_guid), &why)) {
-    log_line(LogLevel::kError, "cannot publish the device tree under " + o.sysfs_root + ": " + why);
+    log_line(LogLevel::kError,
+             "cannot publish the device tree under " + o.sysfs_root + ": " + why);
     return 1;
   }
   // Where the provider finds this device's control socket.

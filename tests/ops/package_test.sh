@@ -121,8 +121,10 @@ t_service_via_ctl_and_installed_launcher() {
     echo "systemd is not PID 1 here (PID 1 is $(cat /proc/1/comm)): the unit is checked statically" \
          "(systemd-analyze verify) and the same config runs through metaroce-ctl"
   fi
-  ctl -j link add "$DEV" netdev "$IF" --persist --io packet > "$WORK/add" 2>&1 || { cat "$WORK/add"; e2e_fail "link add --persist"; }
-  cat "$WORK/add"
+  # stdout only: with -j it must be JSON alone (systemctl's words go to stderr).
+  ctl -j link add "$DEV" netdev "$IF" --persist --io packet > "$WORK/add" 2> "$WORK/add.err" ||
+    { cat "$WORK/add" "$WORK/add.err"; e2e_fail "link add --persist"; }
+  cat "$WORK/add" "$WORK/add.err"
   python3 "$top/tests/ops/check_json.py" "$top/docs/operations.md" "link add" < "$WORK/add" ||
     e2e_fail "link add --persist -j lacks documented fields"
   grep -qx "ibdev $DEV" "/etc/metaroce/$IF.conf" && grep -qx "io packet" "/etc/metaroce/$IF.conf" ||
