@@ -292,6 +292,10 @@ t_monitor_streams_events() {
   cat "$WORK/mon"
   python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$WORK/mon" ||
     e2e_fail "monitor -j printed a line that is not JSON"
+  # The port events sent to the monitor's own context were read, not
+  # counted as failed writes (no other context was open).
+  ! grep -q async_event_write_failed "$WORK/mon" ||
+    e2e_fail "the monitor's own context made async_event_write_failed grow"
 }
 
 t_monitor_reports_qp_errors() {

@@ -295,10 +295,13 @@ Snapshot take_snapshot(const Command& c, std::unique_ptr<ControlClient>* client)
     auto fresh = std::make_unique<ControlClient>();
     fresh->set_timeout_ms(static_cast<int>(c.timeout_ms));
     if (fresh->connect(socket_path(c.sysfs_root, c.run_dir, c.dev), c.dev, &why) ||
-        fresh->open_context(&why))
+        fresh->open_context_keeping_events(&why))
       return s;
     *client = std::move(fresh);
   }
+  // Our context is sent port events too: read them, or they count as
+  // async_event_write_failed (the port change itself comes from the tree).
+  (*client)->drain_async_events();
   std::vector<Counter> counters;
   std::vector<uint32_t> qps;
   if ((*client)->query_counters(kDeviceCounters, &counters, &why) || (*client)->list_qps(&qps, &why)) {
