@@ -273,11 +273,13 @@ constexpr size_t kMonitorMaxQps = 256;  // QPs whose counters are polled
 volatile sig_atomic_t g_stop = 0;
 
 // One QP's state and error counters; false if it is gone (or unreadable).
+// State first: the engine counts a failure before it moves the QP to ERR,
+// so counters read after an ERR state include the growth that explains it.
 bool poll_qp(ControlClient& client, uint32_t qpn, QpSnapshot* q) {
   std::vector<Counter> counters;
   mroce_qp_transport_resp t{};
   std::string why;
-  if (client.query_counters(qpn, &counters, &why) || client.query_qp_transport(qpn, &t, &why))
+  if (client.query_qp_transport(qpn, &t, &why) || client.query_counters(qpn, &counters, &why))
     return false;
   q->state = qp_state_name(t.qp_state);
   q->error = t.error_status ? wc_status_text(t.error_status) : "";
