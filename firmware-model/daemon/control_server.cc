@@ -136,13 +136,14 @@ void ControlServer::accept_next() {
       int fd = s->socket.native_handle();
       std::string why;
       auto memory = ClientMemory::bind_peer(fd, &why);
-      if (!memory) log_("client refused: " + why);
+      if (!memory) log_(io::LogLevel::kWarn, "client refused: " + why);
       if (memory && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
         s->client = device_.open_client(std::move(memory), cred.uid, -1, &why);
         if (!s->client) return refuse(s, why);
         sessions_[s.get()] = s;
-        log_("client pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid) +
-             " connected as context " + std::to_string(s->client->id));
+        log_(io::LogLevel::kDebug, "client pid " + std::to_string(cred.pid) + " uid " +
+                                       std::to_string(cred.uid) + " connected as context " +
+                                       std::to_string(s->client->id));
         wait_readable(s);
       }
     }
@@ -154,7 +155,7 @@ void ControlServer::accept_next() {
 // ENOMEM and the reason, then the connection closes. Refusals waiting for
 // that request are bounded too; beyond that the connection just closes.
 void ControlServer::refuse(const std::shared_ptr<Session>& s, const std::string& why) {
-  log_(why);
+  log_(io::LogLevel::kWarn, why);
   if (refusing_ >= kMaxRefusing) {
     accept_next();
     return;  // s (the socket) is closed as it goes out of scope
@@ -223,7 +224,7 @@ bool ControlServer::serve_one(Session& s) {
   for (int f : reply.fds) ::close(f);
   if (!s.client) return false;  // refused: the reason is sent, now close
   if (reply.err) {
-    log_("context " + std::to_string(s.client->id) + ": op " + std::to_string(hdr.op) +
+    log_(io::LogLevel::kWarn, "context " + std::to_string(s.client->id) + ": op " + std::to_string(hdr.op) +
          " failed: " + std::strerror(reply.err) + ": " + reply.reason);
   }
   return err == 0;
@@ -232,7 +233,7 @@ bool ControlServer::serve_one(Session& s) {
 void ControlServer::close_session(const std::shared_ptr<Session>& s) {
   if (!s->refusal.empty()) refusing_--;
   if (s->client) {
-    log_("context " + std::to_string(s->client->id) + " (pid " + std::to_string(s->client->pid) +
+    log_(io::LogLevel::kInfo, "context " + std::to_string(s->client->id) + " (pid " + std::to_string(s->client->pid) +
          ") closed: tearing down its resources");
     device_.close_client(s->client->id);
     s->client = nullptr;

@@ -23,7 +23,9 @@ namespace metaroce::daemon {
 
 class ControlServer {
  public:
-  using Log = std::function<void(const std::string&)>;
+  // Connections at debug, closes at info, refusals and failed requests at
+  // warning (they are the client's errors, not the daemon's).
+  using Log = io::LogSink;
   ControlServer(boost::asio::io_context& io, Device& device, std::string path, Log log);
   ~ControlServer();
   // Binds and listens; returns 0 or an errno with *why set.

@@ -65,7 +65,7 @@ TEST_CASE("start__socket_is_0666_the_moment_bind_creates_it_whatever_the_umask")
   Device device(config(), nullptr, nullptr, db);
   boost::asio::io_context io;
   std::string path = temp_path("mode");
-  ControlServer server(io, device, path, [](const std::string&) {});
+  ControlServer server(io, device, path, [](io::LogLevel, std::string_view) {});
   mode_t old = umask(077);
   g_watch = path;
   std::string why;
@@ -87,7 +87,7 @@ TEST_CASE("accept__a_connection_over_the_uid_limit_is_told_why_then_closed") {
   Device device(config(), nullptr, nullptr, db);
   boost::asio::io_context io;
   std::string path = temp_path("limit");
-  ControlServer server(io, device, path, [](const std::string&) {});
+  ControlServer server(io, device, path, [](io::LogLevel, std::string_view) {});
   std::string why;
   REQUIRE(server.start(&why) == 0);
   int first = connect_to(path), second = connect_to(path);

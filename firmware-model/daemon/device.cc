@@ -1038,6 +1038,8 @@ int Device::op_query_qp_transport(Client& c, const Request& r, Reply* out) {
   resp.bytes_in_flight = t.bytes_in_flight;
   resp.pkts_in_flight = t.pkts_in_flight;
   resp.lost = t.lost;
+  resp.qp_state = static_cast<uint8_t>(t.state);
+  resp.error_status = static_cast<uint8_t>(t.error_status);
   resp.num_paths = static_cast<uint32_t>(std::min<size_t>(t.path_weights.size(), MROCE_MAX_PATHS));
   std::strncpy(resp.cc, t.cc.c_str(), sizeof(resp.cc) - 1);
   for (uint32_t i = 0; i < resp.num_paths; i++)

@@ -26,6 +26,7 @@
 #include "firmware-model/daemon/control_server.h"
 #include "firmware-model/daemon/daemon_loop.h"
 #include "firmware-model/daemon/device.h"
+#include "firmware-model/daemon/log.h"
 #include "firmware-model/daemon/metrics.h"
 #include "firmware-model/daemon/net/netlink_monitor.h"
 #include "firmware-model/daemon/options.h"
@@ -36,11 +37,6 @@
 
 namespace metaroce::daemon {
 namespace {
-
-void log_line(const std::string& s) {
-  std::fprintf(stderr, "metaroced: %s\n", s.c_str());
-  std::fflush(stderr);
-}
 
 int mkdirs(const std::string& path) {
   std::string cur;
@@ -91,7 +87,7 @@ class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
     }
   }
   void on_link_removed() override {
-    log_line("interface " + options_.netdev + " went away: port down");
+    log_line(LogLevel::kWarn, "interface " + options_.netdev + " went away: port down");
     gone_ = true;
     refresh(true);
   }
@@ -127,9 +123,11 @@ class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
     fw::PortInfo p = port_info();
     device_->set_port(p);
     std::string why;
-    if (!publisher_.publish(device_info(guid_), &why)) log_line("sysfs update failed: " + why);
+    if (!publisher_.publish(device_info(guid_), &why))
+      log_line(LogLevel::kError, "sysfs update failed: " + why);
     if (state_changed) {
-      log_line(std::string("port ") + (p.active ? "ACTIVE" : "DOWN"));
+      log_line(p.active ? LogLevel::kInfo : LogLevel::kWarn,
+               std::string("port ") + (p.active ? "ACTIVE" : "DOWN"));
       device_->port_event(p.active);
     }
   }
@@ -169,24 +167,25 @@ int run(const Options& o) {
   if (o.backend == "hw") {
     std::string why;
     if (hw::probe(o.netdev, &why) != 0) {
-      log_line(why);
+      log_line(LogLevel::kError, why);
       return 1;
     }
   }
   if (!fw::make_congestion_control(o.cc, {})) {
-    log_line("unknown congestion control '" + o.cc + "' (known: default)");
+    log_line(LogLevel::kError, "unknown congestion control '" + o.cc + "' (known: default)");
     return 2;
   }
   int err = mkdirs(o.run_dir);
   if (err) {
-    log_line("cannot create run directory " + o.run_dir + ": " + std::strerror(err));
+    log_line(LogLevel::kError,
+             "cannot create run directory " + o.run_dir + ": " + std::strerror(err));
     return 1;
   }
 
   std::string claim_why;
   int claim = claim_interface(o.netdev, &claim_why);
   if (claim < 0) {
-    log_line(claim_why);
+    log_line(LogLevel::kError, claim_why);
     return 1;
   }
 
@@ -199,7 +198,7 @@ int run(const Options& o) {
   HostLink link(o, publisher);
   std::string why;
   if (!link.open(&why)) {
-    log_line("cannot watch " + o.netdev + ": " + why);
+    log_line(LogLevel::kError, "cannot watch " + o.netdev + ": " + why);
     return 1;
   }
 
@@ -207,17 +206,17 @@ int run(const Options& o) {
   io_opts.ifname = o.netdev;
   io_opts.backend = o.io;
   io_opts.xdp_mode = o.xdp_mode;
-  io_opts.log = [](io::LogLevel, std::string_view s) { log_line(std::string(s)); };
+  io_opts.log = log_sink();
   std::unique_ptr<io::PacketIo> pio = io::open_packet_io(io_opts, &why);
   if (!pio) {
-    log_line("cannot open packet I/O on " + o.netdev + ": " + why);
+    log_line(LogLevel::kError, "cannot open packet I/O on " + o.netdev + ": " + why);
     return 1;
   }
-  log_line("packet I/O: " + std::string(pio->name()) + " on " + o.netdev);
+  log_line(LogLevel::kInfo, "packet I/O: " + std::string(pio->name()) + " on " + o.netdev);
 
   int doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (doorbell < 0) {
-    log_line(std::string("eventfd: ") + std::strerror(errno));
+    log_line(LogLevel::kError, std::string("eventfd: ") + std::strerror(errno));
     return 1;
   }
 
@@ -245,13 +244,9 @@ int run(const Options& o) {
 
   boost::asio::io_context io;
   std::string sock = o.run_dir + "/" + o.ibdev + ".sock";
-  ControlServer server(io, device, sock, o.verbose ? log_line : [](const std::string& s) {
-    if (s.find("failed") != std::string::npos || s.find("closed") != std::string::npos) {
-      log_line(s);
-    }
-  });
+  ControlServer server(io, device, sock, log_sink());
   if (server.start(&why)) {
-    log_line(why);
+    log_line(LogLevel::kError, why);
     return 1;
   }
   std::unique_ptr<MetricsServer> metrics;
@@ -260,12 +255,13 @@ int run(const Options& o) {
       return render_device_metrics(device, o.ibdev, s, MetricsLimits{}.max_qps);
     });
     if (metrics->start(o.metrics_addr, o.metrics_port, &why)) {
-      log_line(why);
+      log_line(LogLevel::kError, why);
       return 1;
     }
   }
   if (!publisher.publish(link.device_info(cfg.node_guid), &why)) {
-    log_line("cannot publish the device tree under " + o.sysfs_root + ": " + why);
+    log_line(LogLevel::kError,
+             "cannot publish the device tree under " + o.sysfs_root + ": " + why);
     return 1;
   }
   // Where the provider finds this device's control socket.
@@ -284,7 +280,7 @@ int run(const Options& o) {
     sched_param sp{};
     sp.sched_priority = static_cast<int>(o.rt_priority);
     if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
-      log_line(std::string("SCHED_FIFO unavailable (") + std::strerror(errno) +
+      log_line(LogLevel::kWarn, std::string("SCHED_FIFO unavailable (") + std::strerror(errno) +
                "): running at normal priority; expect millisecond latencies on busy cores");
     }
   }
@@ -299,7 +295,7 @@ int run(const Options& o) {
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (!ec) {
-      log_line(std::string("signal ") + strsignal(sig) + ": shutting down");
+      log_line(LogLevel::kInfo, std::string("signal ") + strsignal(sig) + ": shutting down");
       loop.stop();
     }
   });
@@ -308,19 +304,19 @@ int run(const Options& o) {
   std::function<void()> arm_usr1 = [&] {
     usr1.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
-      log_line(counters_text(device));
-      for (uint32_t qpn : device.engine().qp_numbers()) log_line(device.engine().describe_qp(qpn));
+      log_line(LogLevel::kInfo, counters_text(device));
+      for (uint32_t qpn : device.engine().qp_numbers()) log_line(LogLevel::kInfo, device.engine().describe_qp(qpn));
       arm_usr1();
     });
   };
   arm_usr1();
-  log_line(o.ibdev + " up on " + o.netdev + " (" + publisher.dev_node_note() + "), " +
+  log_line(LogLevel::kInfo, o.ibdev + " up on " + o.netdev + " (" + publisher.dev_node_note() + "), " +
            std::to_string(cfg.engine.port.gids.size()) + " GIDs, socket " + sock +
            (metrics ? ", metrics on " + o.metrics_addr + ":" + std::to_string(metrics->port())
                     : std::string()));
   // Readiness only now: the device is published and its socket listens.
   if (notify_service_manager("READY=1\nSTATUS=" + o.ibdev + " up on " + o.netdev, &why))
-    log_line(why);
+    log_line(LogLevel::kWarn, why);
   loop.run();
   notify_service_manager("STOPPING=1", &why);
 
@@ -342,7 +338,11 @@ int main(int argc, char** argv) {
   bool help = false;
   if (!expand_config_option({argv + 1, argv + argc}, &args, &error) ||
       !parse_options(args, &o, &error, &help)) {
-    std::fprintf(stderr, "metaroced: %s\n\n%s", error.c_str(), usage());
+    // One line, no usage dump: under metaroce-ctl link add or systemd the
+    // reason must be the log's last line, not scrolled off by the usage.
+    log_init(false);
+    if (error.find("--help") == std::string::npos) error += " (see --help)";
+    log_line(LogLevel::kError, error);
     return 2;
   }
   if (help) {
@@ -350,5 +350,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   signal(SIGPIPE, SIG_IGN);
+  log_init(o.verbose);
   return run(o);
 }

@@ -43,7 +43,7 @@ const char* usage() {
          "                          /etc/metaroce/IF.conf)\n"
          "  --metrics [ADDR:]PORT   serve counters to Prometheus on http://ADDR:PORT/metrics (off by default;\n"
          "                          ADDR defaults to 127.0.0.1)\n"
-         "  -v                      log every control request\n";
+         "  -v                      log at debug level too (client connections, I/O probing)\n";
 }
 
 namespace {

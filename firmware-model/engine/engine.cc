@@ -41,6 +41,8 @@ void Core::send(Qp& qp, const proto::Packet& p, uint8_t path) {
 }
 
 void Core::complete(Qp& qp, uint32_t cqn, const Completion& wc) {
+  bool failed = wc.status != WcStatus::kSuccess && wc.status != WcStatus::kWrFlushErr;
+  if (failed && qp.error_status == WcStatus::kSuccess) qp.error_status = wc.status;
   if (!hal_.events.complete(cqn, wc)) {
     bump(&qp, &Counters::cq_overflows);
     overflowed_cqs_.push_back(cqn);
@@ -347,6 +349,7 @@ struct Engine::Impl {
     switch (to) {
       case QpState::kReset:
         reset_transport(qp);
+        qp.error_status = WcStatus::kSuccess;
         qp.state = to;
         return;
       case QpState::kErr:
@@ -857,6 +860,8 @@ int Engine::qp_transport(uint32_t qpn, Time now, QpTransportStats* out) const {
   out->bytes_in_flight = q->sb.bytes_in_flight();
   out->pkts_in_flight = q->sb.pkts_in_flight();
   out->lost = q->sb.lost_count();
+  out->state = q->state;
+  out->error_status = q->error_status;
   if (q->cc) {
     out->cwnd_bytes = q->cc->window_bytes();
     out->pacing_rate_bps = q->cc->pacing_rate_bps();

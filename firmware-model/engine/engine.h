@@ -76,6 +76,10 @@ struct QpTransportStats {
   uint32_t lost = 0;             // packets marked lost, not yet retransmitted and acked
   std::vector<double> path_weights;  // one per path entropy
   std::string cc;                // congestion control's name
+  QpState state = QpState::kReset;
+  // The status of the QP's first error completion since RESET (flushes
+  // aside): why it is in ERR, when a work request failed. kSuccess: none.
+  WcStatus error_status = WcStatus::kSuccess;
 };
 
 class Engine {

@@ -192,6 +192,39 @@ void lossy_run(uint64_t seed, uint32_t max_len, Impaired* imp, int kinds = 3, in
                   << t.b.engine->counters().rx_drop_bad_icrc + ca.rx_drop_bad_icrc);
 }
 
+// What operators see of a failed QP (metaroce-ctl monitor): its state, and
+// the status of the work request that failed it; RESET forgets the status.
+TEST_CASE("engine__qp_transport_state_and_first_error_status") {
+  Bench t;
+  t.connect_pair();
+  QpTransportStats s;
+  REQUIRE(t.a.engine->qp_transport(t.a.qpn, t.clock.t, &s) == 0);
+  CHECK(s.state == QpState::kRts);
+  CHECK(s.error_status == WcStatus::kSuccess);
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 100);
+  w.remote_addr = t.b.base();
+  w.rkey = t.b.mr.rkey ^ 0x80;  // a wrong rkey: REM_ACCESS_ERR, both QPs to ERR
+  REQUIRE(t.a.post_send(w) == 0);
+  REQUIRE(t.a.post_send(t.a.wr(WrOpcode::kSend, 2, 0, 10)) == 0);  // flushed after it
+  std::vector<Completion> sc;
+  CHECK(t.run([&] {
+    for (auto& c : t.a.send_cq()) sc.push_back(c);
+    return sc.size() == 2;
+  }));
+  REQUIRE(t.a.engine->qp_transport(t.a.qpn, t.clock.t, &s) == 0);
+  CHECK(s.state == QpState::kErr);
+  CHECK(s.error_status == WcStatus::kRemAccessErr);  // not the later flush
+  REQUIRE(t.b.engine->qp_transport(t.b.qpn, t.clock.t, &s) == 0);
+  CHECK(s.state == QpState::kErr);
+  CHECK(s.error_status == WcStatus::kSuccess);  // the responder had no failed WR
+  QpAttr reset;
+  reset.qp_state = QpState::kReset;
+  REQUIRE(t.a.engine->modify_qp(Node::kOwner, t.a.qpn, reset, kAttrState) == 0);
+  REQUIRE(t.a.engine->qp_transport(t.a.qpn, t.clock.t, &s) == 0);
+  CHECK(s.state == QpState::kReset);
+  CHECK(s.error_status == WcStatus::kSuccess);
+}
+
 TEST_CASE("engine__lossy_multipath_small_messages") {
   Impaired m;
   // 1% corruption: at 0.1% these ~2,000 frames would likely see none.

@@ -174,6 +174,7 @@ struct Qp {
   Time pace_deadline = kNever;
   Time read_pace_at = 0;  // responder: when the next READ response may leave
   bool req_error = false;  // a WQE failed: start nothing new
+  WcStatus error_status = WcStatus::kSuccess;  // first error completion since RESET (operators)
   bool sq_drained_reported = false;
 
   // ---- responder ----

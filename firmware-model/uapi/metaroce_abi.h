@@ -218,7 +218,10 @@ struct mroce_qp_transport_resp {
   uint32_t pkts_in_flight;
   uint32_t lost;              /* packets marked lost, not yet repaired */
   uint32_t num_paths;         /* entries of path_weight_ppm in use */
-  uint32_t reserved;
+  uint8_t qp_state;           /* enum ibv_qp_state: 0 RESET .. 6 ERR */
+  uint8_t error_status;       /* enum ibv_wc_status of the QP's first error completion since
+                                 RESET (flushes aside): why it is in ERR; 0 none */
+  uint16_t reserved;
   char cc[16];                /* congestion control's name, NUL-terminated */
   uint32_t path_weight_ppm[MROCE_MAX_PATHS]; /* each path's weight * 1e6, in (0, 1e6] */
 };

@@ -6,6 +6,10 @@
 #   - link add/delete of a third device, metaroce2, on a veth pair inside
 #     a namespace this test creates (mroce-ctl-PID), including a daemon
 #     that dies at start-up (--backend hw on a host without the silicon),
+#   - the daemon's own refusals relayed with their reason by link add (a
+#     config with a wrong option, a second daemon for the interface, a
+#     metrics port in use): where systemd is not PID 1 this is how the
+#     service's config runs,
 #   - bad command lines exit 2 with the usage.
 set -u
 . tests/lib/e2e.sh
@@ -13,7 +17,7 @@ set -u
 CTL=$(readlink -f tools/metaroce-ctl)
 METAROCED=$(readlink -f firmware-model/daemon/metaroced)
 export METAROCED
-NC=mroce-ctl-$$
+NC=${MROCE_PREFIX:-mroce}-ctl-$$
 RUN_C=/run/metaroce/$NC
 OUT=$(mktemp)
 NET_UP=0; NET_FAILED=0; NET_WHY="needs root (namespaces, veth)"
@@ -142,6 +146,31 @@ case_link_add_failures_are_explained() {
   [ ! -e "$RUN_C/metaroce3.pid" ] || { echo "pidfile left behind"; return 1; }
 }
 
+# The daemon refuses; link add says why (its log's last lines), exit 1.
+case_link_add_relays_daemon_refusals() {
+  need_net
+  local rc pid
+  in_c link add metaroce2 netdev mroce-cx --io packet --metrics 9464 >"$OUT" || { cat "$OUT"; return 1; }
+  pid=$(cat "$RUN_C/metaroce2.pid"); e2e_track_pid "$pid"
+  printf 'ibdev metaroce3\nmetrix 9465\n' > "$RUN_C/bad.conf"
+  rc=0; in_c link add metaroce3 netdev mroce-cy --config "$RUN_C/bad.conf" >"$OUT" 2>&1 || rc=$?
+  cat "$OUT"
+  [ "$rc" = 1 ] || { echo "wrong option: exit $rc"; return 1; }
+  expect_line "$OUT" "exited with status 2 during start-up" &&
+    expect_line "$OUT" "^  \| metaroced: $RUN_C/bad.conf:2: unknown argument '--metrix' \(see --help\)$" || return 1
+  rc=0; in_c link add metaroce3 netdev mroce-cx --io packet >"$OUT" 2>&1 || rc=$?
+  cat "$OUT"
+  [ "$rc" = 1 ] || { echo "second daemon: exit $rc"; return 1; }
+  expect_line "$OUT" "^  \| metaroced: metaroced pid $pid already serves mroce-cx in this network namespace \(one daemon per interface\)$" ||
+    return 1
+  rc=0; in_c link add metaroce3 netdev mroce-cy --io packet --metrics 9464 >"$OUT" 2>&1 || rc=$?
+  cat "$OUT"
+  [ "$rc" = 1 ] || { echo "metrics port in use: exit $rc"; return 1; }
+  expect_line "$OUT" "^  \| metaroced: metrics: cannot listen on 127.0.0.1 port 9464: the port is already in use" || return 1
+  [ ! -e "$RUN_C/metaroce3.pid" ] || { echo "pidfile left behind"; return 1; }
+  in_c link delete metaroce2 >"$OUT" || { cat "$OUT"; return 1; }
+}
+
 setup || echo "setup failed: cases needing the network fail"
 e2e_case usage_errors_exit_2 case_usage_errors_exit_2
 e2e_case dev_lists_both_devices case_dev_lists_both_devices
@@ -149,4 +178,5 @@ e2e_case stat_device_counters case_stat_device_counters
 e2e_case stat_errors case_stat_errors
 e2e_case link_add_show_stat_delete case_link_add_show_stat_delete
 e2e_case link_add_failures_are_explained case_link_add_failures_are_explained
+e2e_case link_add_relays_daemon_refusals case_link_add_relays_daemon_refusals
 e2e_finish

@@ -7,8 +7,12 @@
 #   - the metrics endpoint, scraped during perftest traffic: counters grow,
 #     per-QP metrics appear,
 #   - capture: a pcap of the device's frames the Wireshark dissector decodes,
-#   - monitor: QPs created/destroyed and the port down/up arrive as events,
+#   - monitor: QPs created/destroyed and the port down/up arrive as events;
+#     a QP driven into ERR (wrong rkey) arrives as a state change with its
+#     reason, streamed through a pipe,
 #   - readiness (NOTIFY_SOCKET) arrives only once the device is published,
+#   - with JOURNAL_STREAM naming its stderr, every log line carries its
+#     sd-daemon priority (<3> <4> <6> <7>); otherwise plain text,
 #   - bad input: a config with a wrong option, a second daemon for the same
 #     interface, a metrics port already in use: a clear message, non-zero exit.
 # Needs root; skips with a reason otherwise.
@@ -26,6 +30,7 @@ find_file() {  # rel-path: runfiles first, then the tree's bazel-bin
 METAROCED=$(find_file firmware-model/daemon/metaroced) || exit 1
 CTL=$(find_file tools/metaroce-ctl) || exit 1
 PROVIDER=$(find_file provider/libmetaroce-rdmav34.so) || exit 1
+QP_ERROR=$(find_file tests/ops/mroce_qp_error) || exit 1
 CHECK_JSON=$top/tests/ops/check_json.py
 DOC=$top/docs/operations.md
 export METAROCED
@@ -205,6 +210,43 @@ finally:
 PY
 }
 
+# journal_run LOG JOURNAL_STREAM ARGS...: metaroced in namespace A with
+# stderr appended to LOG and JOURNAL_STREAM set, in the background (pid in
+# $JPID).
+journal_run() {
+  local log=$1 js=$2; shift 2
+  ip netns exec "$MROCE_NS_A" env JOURNAL_STREAM="$js" "$METAROCED" "$@" 2>>"$log" &
+  JPID=$!; track "$JPID"
+}
+
+t_journal_priorities() {
+  local log=$WORK/journal.log other=$WORK/other.log
+  : > "$log"; : > "$other"
+  local js; js=$(stat -c '%d:%i' "$log")  # what systemd sets: stderr's st_dev:st_ino
+  journal_run "$log" "$js" --netdev "$X_A" --ibdev metaroce7 --io packet -v \
+    --run-dir "$RUN_X" --sysfs-root "$RUN_X/sysfs"
+  SEEN=0; wait_line "$log" '^<6>metaroce7 up on ' || return 1
+  ctl_x stat metaroce7 > /dev/null || e2e_fail "stat metaroce7"
+  ctl_x stat --qp 77777 metaroce7 > /dev/null 2>&1 && e2e_fail "stat of a QP that does not exist succeeded"
+  SEEN=0; wait_line "$log" '^<7>client pid [0-9]+ uid 0 connected as context' || return 1
+  SEEN=0; wait_line "$log" '^<4>context [0-9]+: op 14 failed: .*no such QP' || return 1
+  SEEN=0; wait_line "$log" '^<6>context [0-9]+ \(pid [0-9]+\) closed' || return 1
+  kill "$JPID"; wait "$JPID" || e2e_fail "metaroced did not exit 0 on SIGTERM"
+  grep -q '^<6>signal Terminated: shutting down$' "$log" || e2e_fail "no <6> shutdown line"
+  # An error: a start-up failure.
+  journal_run "$log" "$js" --netdev "$X_A" --ibdev metaroce7 --cc nope --run-dir "$RUN_X"
+  wait "$JPID" && e2e_fail "metaroced --cc nope succeeded"
+  grep -Eq "^<3>.*'nope'" "$log" || e2e_fail "no <3> line for an unknown congestion control"
+  cat "$log"
+  ! grep -Ev '^<[3467]>' "$log" || e2e_fail "a line without an sd-daemon priority (above)"
+  # JOURNAL_STREAM naming another file (inherited, stderr moved): plain text.
+  journal_run "$other" "$js" --netdev "$X_A" --ibdev metaroce7 --cc nope --run-dir "$RUN_X"
+  wait "$JPID" && e2e_fail "metaroced --cc nope succeeded"
+  cat "$other"
+  grep -q "^metaroced: .*'nope'" "$other" && ! grep -q '^<' "$other" ||
+    e2e_fail "with stderr not the journal, lines must be plain text"
+}
+
 t_bad_config() {
   printf 'ibdev metaroce7\npaths 4\nmetrix 9464\n' > "$WORK/bad.conf"
   expect_fail 2 "^metaroced: $WORK/bad.conf:3: unknown argument '--metrix' \(see --help\)$" \
@@ -250,6 +292,54 @@ t_monitor_streams_events() {
   cat "$WORK/mon"
   python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$WORK/mon" ||
     e2e_fail "monitor -j printed a line that is not JSON"
+  # The port events sent to the monitor's own context were read, not
+  # counted as failed writes (no other context was open).
+  ! grep -q async_event_write_failed "$WORK/mon" ||
+    e2e_fail "the monitor's own context made async_event_write_failed grow"
+}
+
+t_monitor_reports_qp_errors() {
+  # Two loopback QPs of device A in RTS, waiting for the go file.
+  rm -f "$WORK/go"
+  ip netns exec "$MROCE_NS_A" env SYSFS_PATH="$MROCE_SYSFS_A" "${TOOL_ENV[@]}" \
+    "$QP_ERROR" "$MROCE_DEV_A" 1 "$WORK/go" > "$WORK/qperr" 2>&1 &
+  local prog=$!; track "$prog"
+  SEEN=0; wait_line "$WORK/qperr" '^ready qpn ' || return 1
+  local qa qb; read -r _ _ qa qb < <(grep '^ready qpn ' "$WORK/qperr")
+  # The monitor starts now, so its first poll sees both QPs in RTS. Its
+  # stdout is a pipe: events must arrive as they happen, not when a buffer
+  # fills or the monitor exits.
+  ip netns exec "$MROCE_NS_A" "$CTL" --run-dir "$MROCE_RUN_A" --sysfs-root "$MROCE_SYSFS_A" \
+    -j monitor "$MROCE_DEV_A" > >(cat > "$WORK/mon2") 2>&1 &
+  local mon=$!; track "$mon"
+  SEEN=0
+  wait_line "$WORK/mon2" '"event":"qp","what":"created","qpn":'"$qb"',' || return 1
+  touch "$WORK/go"
+  SEEN=0
+  wait_line "$WORK/mon2" '"event":"state","what":"ERR","qpn":'"$qa"',.*"from":"RTS","reason":"remote access error"' ||
+    return 1
+  SEEN=0
+  wait_line "$WORK/mon2" '"event":"state","what":"ERR","qpn":'"$qb"',.*"from":"RTS"' || return 1
+  grep -q "^status $qa remote access error$" "$WORK/qperr" || e2e_fail "program: $(cat "$WORK/qperr")"
+  # stat --qp says the same: state ERR and why.
+  ctl_a -j stat --qp "$qa" "$MROCE_DEV_A" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)[0]["transport"]
+sys.exit(0 if (t["qp_state"], t["error"]) == ("ERR", "remote access error") else "stat --qp: %s" % t)' ||
+    e2e_fail "stat --qp does not show the QP in ERR with its reason"
+  # Still running: the lines came through the pipe while the monitor lived.
+  kill -0 "$mon" || e2e_fail "monitor exited early"
+  kill "$mon"; wait "$mon" || e2e_fail "monitor did not exit 0 on SIGTERM"
+  kill "$prog"; wait "$prog" || e2e_fail "mroce_qp_error failed: $(cat "$WORK/qperr")"
+  grep '"event":"state"' "$WORK/mon2"
+  python3 -c '
+import json, sys
+keys = ["time", "ifname", "event", "what", "qpn", "delta", "value", "from", "reason"]
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    missing = [k for k in keys if k not in e]
+    assert not missing, "event without %s: %s" % (missing, l)' "$WORK/mon2" ||
+    e2e_fail "monitor -j printed a line that is not JSON or lacks a documented field"
 }
 
 # wait_line FILE REGEX: a line matching REGEX is appended to FILE (after
@@ -289,16 +379,24 @@ t_capture_pcap_for_the_dissector() {
   python3 "$CHECK_JSON" "$DOC" "capture" < "$WORK/j"
 }
 
+# OPS_E2E_ONLY=GLOB (--test_env) runs only the cases whose names match.
+ops_case() {
+  [[ -z "${OPS_E2E_ONLY:-}" || $1 == $OPS_E2E_ONLY ]] || return 0
+  e2e_case "$@"
+}
+
 if setup; then
-  e2e_case json_every_command_has_documented_fields t_json_every_command
-  e2e_case metrics_scraped_during_traffic_grow t_metrics_grow_during_traffic
-  e2e_case metrics_hostile_requests_refused t_metrics_hostile_requests
-  e2e_case ready_notified_only_after_publish t_ready_only_after_publish
-  e2e_case bad_config_clear_message_exit_2 t_bad_config
-  e2e_case second_daemon_same_interface_refused t_second_daemon_refused
-  e2e_case metrics_port_in_use_refused t_metrics_port_in_use
-  e2e_case capture_pcap_decoded_by_dissector t_capture_pcap_for_the_dissector
-  e2e_case monitor_streams_qp_and_port_events t_monitor_streams_events
+  ops_case json_every_command_has_documented_fields t_json_every_command
+  ops_case metrics_scraped_during_traffic_grow t_metrics_grow_during_traffic
+  ops_case metrics_hostile_requests_refused t_metrics_hostile_requests
+  ops_case ready_notified_only_after_publish t_ready_only_after_publish
+  ops_case journal_priority_prefixes t_journal_priorities
+  ops_case bad_config_clear_message_exit_2 t_bad_config
+  ops_case second_daemon_same_interface_refused t_second_daemon_refused
+  ops_case metrics_port_in_use_refused t_metrics_port_in_use
+  ops_case capture_pcap_decoded_by_dissector t_capture_pcap_for_the_dissector
+  ops_case monitor_streams_qp_and_port_events t_monitor_streams_events
+  ops_case monitor_reports_qp_state_change_to_err t_monitor_reports_qp_errors
 else
   echo "FAIL: network setup"; E2E_FAILED=1
 fi

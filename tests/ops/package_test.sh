@@ -40,6 +40,11 @@ purge() {
 }
 cleanup() {
   local pid
+  if [ -e "$WORK/svc" ]; then
+    systemctl stop "metaroced@$SVC_IF.service" 2>/dev/null
+    rm -f "/etc/metaroce/$SVC_IF.conf"; rm -rf "$SVC_RUN"
+    ip link del "$SVC_IF" 2>/dev/null
+  fi
   pid=$(cat "$RUN/$DEV.pid" 2>/dev/null) && grep -qa "$DEV" "/proc/$pid/cmdline" 2>/dev/null && kill -9 "$pid"
   purge
   ip netns del "$NS" 2>/dev/null
@@ -116,8 +121,12 @@ t_service_via_ctl_and_installed_launcher() {
     echo "systemd is not PID 1 here (PID 1 is $(cat /proc/1/comm)): the unit is checked statically" \
          "(systemd-analyze verify) and the same config runs through metaroce-ctl"
   fi
-  ctl link add "$DEV" netdev "$IF" --persist --io packet > "$WORK/add" 2>&1 || { cat "$WORK/add"; e2e_fail "link add --persist"; }
-  cat "$WORK/add"
+  # stdout only: with -j it must be JSON alone (systemctl's words go to stderr).
+  ctl -j link add "$DEV" netdev "$IF" --persist --io packet > "$WORK/add" 2> "$WORK/add.err" ||
+    { cat "$WORK/add" "$WORK/add.err"; e2e_fail "link add --persist"; }
+  cat "$WORK/add" "$WORK/add.err"
+  python3 "$top/tests/ops/check_json.py" "$top/docs/operations.md" "link add" < "$WORK/add" ||
+    e2e_fail "link add --persist -j lacks documented fields"
   grep -qx "ibdev $DEV" "/etc/metaroce/$IF.conf" && grep -qx "io packet" "/etc/metaroce/$IF.conf" ||
     e2e_fail "/etc/metaroce/$IF.conf: $(cat "/etc/metaroce/$IF.conf")"
   [ -L "/etc/systemd/system/multi-user.target.wants/metaroced@$IF.service" ] || e2e_fail "unit not enabled"
@@ -129,6 +138,36 @@ t_service_via_ctl_and_installed_launcher() {
   in_ns /usr/bin/metaroce-run --sysfs-root "$RUN/sysfs" env > "$WORK/env"
   ! grep -q '^RDMAV_DRIVERS=' "$WORK/env" || e2e_fail "installed launcher set RDMAV_DRIVERS"
   grep -qx "LD_PRELOAD=/usr/lib/$TRIPLET/metaroce/libmetaroce-preload.so" "$WORK/env" || e2e_fail "$(grep LD_PRELOAD "$WORK/env")"
+}
+
+# Where systemd is PID 1: the unit itself, on a veth pair in the root
+# namespace that stays down and without addresses (no traffic leaves it):
+# started by systemctl, reachable through metaroce-ctl, logging to the
+# journal at its levels, stopped. Elsewhere the case says so and skips
+# (the service's config ran through metaroce-ctl in the case above).
+SVC_IF=$PREFIX-sa SVC_PEER=$PREFIX-sb SVC_RUN=/run/metaroce/$PREFIX-svc
+t_unit_started_by_systemd() {
+  if [ "$(cat /proc/1/comm)" != systemd ] || [ ! -d /run/systemd/system ]; then
+    e2e_skip "systemd is not PID 1 here (PID 1 is $(cat /proc/1/comm)): no unit can be started;" \
+      "the same config ran through metaroce-ctl (service_config_via_ctl_installed_launcher_lists_device)"
+  fi
+  local unit=metaroced@$SVC_IF.service
+  ip link add "$SVC_IF" type veth peer name "$SVC_PEER" || return 1
+  touch "$WORK/svc"
+  printf 'ibdev metaroce9\nio packet\nrun-dir %s\nsysfs-root %s/sysfs\n' "$SVC_RUN" "$SVC_RUN" \
+    > "/etc/metaroce/$SVC_IF.conf"
+  # Type=notify: start returns once READY=1 came, i.e. the device is published.
+  timeout 60 systemctl start "$unit" || { systemctl status "$unit"; e2e_fail "systemctl start $unit"; }
+  systemctl is-active -q "$unit" || e2e_fail "$unit not active"
+  /usr/bin/metaroce-ctl --run-dir "$SVC_RUN" --sysfs-root "$SVC_RUN/sysfs" -j link show metaroce9 |
+    grep -q '"daemon":"running"' || e2e_fail "metaroce9 of $unit does not answer"
+  journalctl -u "$unit" -p info -o cat | grep -q '^metaroce9 up on ' || e2e_fail "no info line in the journal"
+  ! journalctl -u "$unit" -p warning -o cat | grep -q '^metaroce9 up on ' ||
+    e2e_fail "an info line passed journalctl -p warning: priorities not set"
+  timeout 60 systemctl stop "$unit" || e2e_fail "systemctl stop $unit"
+  ! systemctl is-active -q "$unit" || e2e_fail "$unit still active after stop"
+  rm -f "/etc/metaroce/$SVC_IF.conf"; rm -rf "$SVC_RUN"
+  ip link del "$SVC_IF"
 }
 
 t_tree_launcher_ignores_installed_provider() {
@@ -163,6 +202,7 @@ e2e_case package_builds_with_depends t_package_builds
 e2e_case apt_install_clean t_install
 e2e_case unit_verifies_statically t_unit_verifies
 e2e_case service_config_via_ctl_installed_launcher_lists_device t_service_via_ctl_and_installed_launcher
+e2e_case unit_started_by_systemd_reachable t_unit_started_by_systemd
 e2e_case tree_launcher_ignores_installed_provider t_tree_launcher_ignores_installed_provider
 e2e_case upgrade_keeps_config_and_daemon t_upgrade_keeps_config
 e2e_case purge_leaves_no_file t_purge_leaves_nothing

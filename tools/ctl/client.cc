@@ -24,14 +24,19 @@ constexpr const char* kOpNames[] = {
     "LIST_QPS",    "QUERY_QP_TRANSPORT",
 };
 
-void close_fds(msghdr* msg) {
+// The fds a reply carried: into *out when given, else closed.
+void take_fds(msghdr* msg, std::vector<int>* out) {
   for (cmsghdr* c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < k; i++) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      ::close(fd);
+      if (out) {
+        out->push_back(fd);
+      } else {
+        ::close(fd);
+      }
     }
   }
 }
@@ -45,6 +50,7 @@ std::string op_name(uint16_t op) {
 
 ControlClient::~ControlClient() {
   if (fd_ >= 0) ::close(fd_);
+  if (async_fd_ >= 0) ::close(async_fd_);
 }
 
 int ControlClient::connect(const std::string& path, const std::string& dev, std::string* why) {
@@ -73,7 +79,7 @@ int ControlClient::connect(const std::string& path, const std::string& dev, std:
 }
 
 int ControlClient::call(uint16_t op, const void* req, size_t len, std::vector<uint8_t>* body,
-                        std::string* why) {
+                        std::string* why, std::vector<int>* fds) {
   const std::string what = op_name(op);
   if (fd_ < 0) {
     *why = what + ": not connected";
@@ -110,15 +116,22 @@ int ControlClient::call(uint16_t op, const void* req, size_t len, std::vector<ui
     *why = what + ": cannot receive from metaroced: " + std::strerror(err);
     return err;
   }
-  close_fds(&rm);
+  std::vector<int> got;
+  take_fds(&rm, &got);
+  auto close_got = [&] {
+    for (int f : got) ::close(f);
+    got.clear();
+  };
   if (n == 0) {
     *why = what + ": metaroced closed the connection (did it exit?)";
+    close_got();
     return ECONNRESET;
   }
   mroce_msg_hdr rh{};
   mroce_reply_status st{};
   if (static_cast<size_t>(n) < sizeof(rh) + sizeof(st)) {
     *why = what + ": reply of " + std::to_string(n) + " bytes is shorter than header + status";
+    close_got();
     return EPROTO;
   }
   std::memcpy(&rh, buf.data(), sizeof(rh));
@@ -128,14 +141,21 @@ int ControlClient::call(uint16_t op, const void* req, size_t len, std::vector<ui
     *why = what + ": malformed reply (abi " + std::to_string(rh.abi_version) + ", op " +
            std::to_string(rh.op) + ", seq " + std::to_string(rh.seq) + ", length " +
            std::to_string(rh.length) + " of " + std::to_string(n - sizeof(rh)) + ")";
+    close_got();
     return EPROTO;
   }
   if (st.err) {
     st.reason[sizeof(st.reason) - 1] = 0;
     *why = what + ": " + std::strerror(st.err) + (st.reason[0] ? std::string(": ") + st.reason : "");
+    close_got();
     return st.err;
   }
   body->assign(buf.begin() + sizeof(rh) + sizeof(st), buf.begin() + n);
+  if (fds) {
+    fds->insert(fds->end(), got.begin(), got.end());
+  } else {
+    close_got();
+  }
   return 0;
 }
 
@@ -143,6 +163,26 @@ int ControlClient::open_context(std::string* why) {
   mroce_open_context_req req{MROCE_ABI_VERSION, 0};
   std::vector<uint8_t> body;
   return call(MROCE_OP_OPEN_CONTEXT, &req, sizeof(req), &body, why);
+}
+
+int ControlClient::open_context_keeping_events(std::string* why) {
+  mroce_open_context_req req{MROCE_ABI_VERSION, 0};
+  std::vector<uint8_t> body;
+  std::vector<int> fds;  // [doorbell eventfd, async event socket] (docs/device-abi.md)
+  int err = call(MROCE_OP_OPEN_CONTEXT, &req, sizeof(req), &body, why, &fds);
+  if (!err && fds.size() == 2 && async_fd_ < 0) {
+    async_fd_ = fds[1];
+    fds.pop_back();
+  }
+  for (int f : fds) ::close(f);
+  return err;
+}
+
+size_t ControlClient::drain_async_events() {
+  size_t n = 0;
+  mroce_async_event ev;
+  while (async_fd_ >= 0 && ::recv(async_fd_, &ev, sizeof(ev), MSG_DONTWAIT) > 0) n++;
+  return n;
 }
 
 int ControlClient::query_counters(uint32_t qpn, std::vector<Counter>* out, std::string* why) {

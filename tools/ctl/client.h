@@ -36,9 +36,17 @@ class ControlClient {
   // *why = "<OP>: <strerror>: <reason>"; *body gets the op's reply body
   // (after struct mroce_reply_status). File descriptors in the reply are
   // closed: this client maps nothing.
-  int call(uint16_t op, const void* req, size_t len, std::vector<uint8_t>* body, std::string* why);
+  int call(uint16_t op, const void* req, size_t len, std::vector<uint8_t>* body, std::string* why,
+           std::vector<int>* fds = nullptr);  // given: the reply's fds are handed over, not closed
 
   int open_context(std::string* why);
+  // The same, keeping the context's async event socket, which the daemon
+  // writes port (and own QP/CQ) events to: a long-lived client (monitor)
+  // must read them, or each event it is sent counts as
+  // async_event_write_failed once the socket is full or closed.
+  int open_context_keeping_events(std::string* why);
+  // Reads and discards the async events waiting; returns how many.
+  size_t drain_async_events();
   // qpn 0xffffffff: device counters.
   int query_counters(uint32_t qpn, std::vector<Counter>* out, std::string* why);
   int list_qps(std::vector<uint32_t>* out, std::string* why);
@@ -47,6 +55,7 @@ class ControlClient {
 
  private:
   int fd_ = -1;
+  int async_fd_ = -1;
   uint32_t seq_ = 0;
   int timeout_ms_ = 10000;
 };

@@ -151,6 +151,38 @@ TEST_CASE("open_context__reply_fds_are_closed_and_list_qps_decodes") {
   close(pipefd[0]);
 }
 
+TEST_CASE("open_context_keeping_events__keeps_the_async_socket_and_drains_it") {
+  Pair p;
+  ControlClient c;
+  c.adopt(p.sv[0]);
+  int doorbell[2], events[2];
+  REQUIRE(pipe(doorbell) == 0);
+  REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, events) == 0);
+  std::thread t = serve(p.sv[1], 1, [&](int fd, const Request& r) {
+    CHECK(r.hdr.op == MROCE_OP_OPEN_CONTEXT);
+    std::vector<uint8_t> b;
+    put(&b, mroce_open_context_resp{});
+    int fds[2] = {doorbell[1], events[1]};
+    reply(fd, r, 0, "", b, fds, 2);
+  });
+  std::string why;
+  CHECK(c.open_context_keeping_events(&why) == 0);
+  t.join();
+  close(events[1]);  // the client holds its own copy now
+  CHECK(c.drain_async_events() == 0);
+  mroce_async_event ev{1, 10, 0};  // IBV_EVENT_PORT_ERR
+  REQUIRE(send(events[0], &ev, sizeof(ev), 0) == sizeof(ev));
+  REQUIRE(send(events[0], &ev, sizeof(ev), 0) == sizeof(ev));
+  CHECK(c.drain_async_events() == 2);
+  CHECK(c.drain_async_events() == 0);
+  // The doorbell copy is closed: with the original closed too, EOF.
+  close(doorbell[1]);
+  char ch;
+  CHECK(read(doorbell[0], &ch, 1) == 0);
+  close(doorbell[0]);
+  close(events[0]);
+}
+
 TEST_CASE("call__malformed_and_short_replies") {
   Pair p;
   ControlClient c;

@@ -148,10 +148,30 @@ std::string fixed(double v, int decimals) {
 
 }  // namespace
 
+std::string qp_state_name(uint32_t state) {
+  static constexpr const char* kNames[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+  return state < std::size(kNames) ? kNames[state] : "state " + std::to_string(state);
+}
+
+std::string wc_status_text(uint32_t status) {
+  static constexpr const char* kText[] = {  // libibverbs' ibv_wc_status_str()
+      "success", "local length error", "local QP operation error",
+      "local EE context operation error", "local protection error", "Work Request Flushed Error",
+      "memory management operation error", "bad response error", "local access error",
+      "remote invalid request error", "remote access error", "remote operation error",
+      "transport retry counter exceeded", "RNR retry counter exceeded", "local RDD violation error",
+      "remote invalid RD request", "operation aborted", "invalid EE context number",
+      "invalid EE context state", "fatal error", "response timeout error", "general error"};
+  return status < std::size(kText) ? kText[status] : "status " + std::to_string(status);
+}
+
 // Appends only: GCC 12 at -O3 warns falsely (-Wrestrict) on
 // "literal" + std::string&& chains.
 std::string format_transport(const mroce_qp_transport_resp& t, const std::vector<Counter>& counters) {
-  std::string s = "  transport state:\n    cc ";
+  std::string s = "  transport state:\n    qp_state ";
+  s.append(qp_state_name(t.qp_state));
+  if (t.error_status) s.append(" error ").append(wc_status_text(t.error_status));
+  s.append("\n    cc ");
   s.append(t.cc[0] ? t.cc : "-");
   s.append(" rtt_us srtt ").append(fixed(t.srtt_ns / 1e3, 1));
   s.append(" min ").append(fixed(t.min_rtt_ns / 1e3, 1));
@@ -176,6 +196,8 @@ std::string json_transport(const mroce_qp_transport_resp& t, const std::vector<C
   for (uint32_t i = 0; i < t.num_paths && i < MROCE_MAX_PATHS; i++)
     weights.push_back(std::to_string(t.path_weight_ppm[i]));
   return JsonObject()
+      .add("qp_state", qp_state_name(t.qp_state))
+      .add("error", t.error_status ? wc_status_text(t.error_status) : "")
       .add("cc", t.cc)
       .add("srtt_ns", t.srtt_ns)
       .add("min_rtt_ns", t.min_rtt_ns)

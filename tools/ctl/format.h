@@ -47,13 +47,20 @@ std::string json_link(const DeviceInfo& d, DaemonState daemon, int pid);
 std::string json_counters(const std::vector<Counter>& counters);
 const char* daemon_text(DaemonState s);
 
+// "RTS" for enum ibv_qp_state 3; "state 9" for values no verbs state has.
+std::string qp_state_name(uint32_t state);
+// ibv_wc_status_str()'s text ("remote access error" for 10), without
+// linking libibverbs; "status 99" for unknown values.
+std::string wc_status_text(uint32_t status);
+
 // A QP's transport state (stat --qp N), with its loss and retransmission
 // counters taken from `counters`:
-//   "  transport state:\n    cc default rtt_us srtt 210.5 min 180.2 var 12.0 rto 1000.0\n"
+//   "  transport state:\n    qp_state ERR error remote access error\n"
+//   "    cc default rtt_us srtt 210.5 min 180.2 var 12.0 rto 1000.0\n"
 //   "    cwnd_bytes 65536 pacing_mbps 2496.1 inflight 3 pkts 12288 bytes\n"
 //   "    lost 0 retransmits 4 timeouts 0\n    path_weights 1.000 0.500\n"
 std::string format_transport(const mroce_qp_transport_resp& t, const std::vector<Counter>& counters);
-// {"cc","srtt_ns","min_rtt_ns","rttvar_ns","rto_ns","cwnd_bytes","pacing_rate_bps",
+// {"qp_state","error" ("" none),"cc","srtt_ns","min_rtt_ns","rttvar_ns","rto_ns","cwnd_bytes","pacing_rate_bps",
 //  "bytes_in_flight","pkts_in_flight","lost","retransmits","timeouts","path_weights_ppm":[...]}
 std::string json_transport(const mroce_qp_transport_resp& t, const std::vector<Counter>& counters);
 

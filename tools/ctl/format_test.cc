@@ -126,18 +126,33 @@ TEST_CASE("transport__rtt_window_pacing_paths_and_loss") {
   t.path_weight_ppm[0] = 1000000;
   t.path_weight_ppm[1] = 500000;
   std::strcpy(t.cc, "default");
+  t.qp_state = 3;
   std::vector<Counter> c = {{"tx_retransmits", 4}, {"timeouts", 1}};
   CHECK(format_transport(t, c) ==
-        "  transport state:\n    cc default rtt_us srtt 210.5 min 180.2 var 12.0 rto 1000.0\n"
+        "  transport state:\n    qp_state RTS\n    cc default rtt_us srtt 210.5 min 180.2 var 12.0 rto 1000.0\n"
         "    cwnd_bytes 65536 pacing_mbps 2496.1 inflight 3 pkts 12288 bytes\n"
         "    lost 0 retransmits 4 timeouts 1\n    path_weights 1.000 0.500\n");
   CHECK(json_transport(t, c) ==
-        "{\"cc\":\"default\",\"srtt_ns\":210500,\"min_rtt_ns\":180200,\"rttvar_ns\":12000,"
+        "{\"qp_state\":\"RTS\",\"error\":\"\",\"cc\":\"default\",\"srtt_ns\":210500,\"min_rtt_ns\":180200,\"rttvar_ns\":12000,"
         "\"rto_ns\":1000000,\"cwnd_bytes\":65536,\"pacing_rate_bps\":2496100000,"
         "\"bytes_in_flight\":12288,\"pkts_in_flight\":3,\"lost\":0,\"retransmits\":4,"
         "\"timeouts\":1,\"path_weights_ppm\":[1000000,500000]}");
   t.num_paths = 1000;  // a hostile count never reads past the array
   CHECK(json_transport(t, c).size() < 2000);
+}
+
+TEST_CASE("transport__qp_state_and_the_error_that_failed_it") {
+  mroce_qp_transport_resp t{};
+  t.qp_state = 6;
+  t.error_status = 10;
+  CHECK(format_transport(t, {}).rfind("  transport state:\n    qp_state ERR error remote access error\n", 0) == 0);
+  CHECK(json_transport(t, {}).rfind("{\"qp_state\":\"ERR\",\"error\":\"remote access error\",", 0) == 0);
+  CHECK(qp_state_name(0) == "RESET");
+  CHECK(qp_state_name(3) == "RTS");
+  CHECK(qp_state_name(7) == "state 7");
+  CHECK(wc_status_text(12) == "transport retry counter exceeded");
+  CHECK(wc_status_text(21) == "general error");
+  CHECK(wc_status_text(200) == "status 200");
 }
 
 }  // namespace

@@ -203,15 +203,29 @@ int persist(const Command& c, std::vector<std::string>* args, bool* started, std
   return 0;
 }
 
+// link add's JSON object, the same fields however the daemon was started
+// (docs/operations.md §JSON).
+std::string json_link_added(const Command& c, pid_t pid, const std::string& log,
+                            const std::string& note) {
+  return JsonObject()
+      .add("ifname", c.dev)
+      .add("netdev", c.netdev)
+      .add("pid", static_cast<uint64_t>(pid))
+      .add("socket", socket_path(c.sysfs_root, c.run_dir, c.dev))
+      .add("log", log)
+      .add("note", note)
+      .str();
+}
+
 int link_add(const Command& c) {
   std::string why, note;
   std::vector<std::string> daemon_args = c.daemon_args;
   bool started = false;
   if (c.persist) {
     if (int rc = persist(c, &daemon_args, &started, &note)) return rc;
-    if (started) {
+    if (started) {  // by systemd: no pid of ours, the log is the journal
       if (c.json) {
-        print_json({JsonObject().add("ifname", c.dev).add("netdev", c.netdev).add("note", note).str()});
+        print_json({json_link_added(c, 0, "journal (journalctl -u metaroced@" + c.netdev + ")", note)});
       } else {
         std::cout << "link " << c.dev << " persisted: " << note << "\n";
       }
@@ -231,14 +245,7 @@ int link_add(const Command& c) {
   if (ctl::link_add(r, &pid, &why)) return fail("link add " + c.dev + ": " + why);
   LinkPaths paths = link_paths(c.run_dir, c.dev);
   if (c.json) {
-    print_json({JsonObject()
-                    .add("ifname", c.dev)
-                    .add("netdev", c.netdev)
-                    .add("pid", static_cast<uint64_t>(pid))
-                    .add("socket", paths.socket)
-                    .add("log", paths.log)
-                    .add("note", note)
-                    .str()});
+    print_json({json_link_added(c, pid, paths.log, note)});
     return 0;
   }
   std::cout << "link " << c.dev << " added: metaroced pid " << pid << " on " << c.netdev
@@ -265,6 +272,21 @@ constexpr int kMonitorIntervalMs = 200;
 constexpr size_t kMonitorMaxQps = 256;  // QPs whose counters are polled
 volatile sig_atomic_t g_stop = 0;
 
+// One QP's state and error counters; false if it is gone (or unreadable).
+// State first: the engine counts a failure before it moves the QP to ERR,
+// so counters read after an ERR state include the growth that explains it.
+bool poll_qp(ControlClient& client, uint32_t qpn, QpSnapshot* q) {
+  std::vector<Counter> counters;
+  mroce_qp_transport_resp t{};
+  std::string why;
+  if (client.query_qp_transport(qpn, &t, &why) || client.query_counters(qpn, &counters, &why))
+    return false;
+  q->state = qp_state_name(t.qp_state);
+  q->error = t.error_status ? wc_status_text(t.error_status) : "";
+  q->errors = error_counters(counters);
+  return true;
+}
+
 // One poll of DEV. A failed call drops the connection (reopened next time).
 Snapshot take_snapshot(const Command& c, std::unique_ptr<ControlClient>* client) {
   Snapshot s;
@@ -275,10 +297,13 @@ Snapshot take_snapshot(const Command& c, std::unique_ptr<ControlClient>* client)
     auto fresh = std::make_unique<ControlClient>();
     fresh->set_timeout_ms(static_cast<int>(c.timeout_ms));
     if (fresh->connect(socket_path(c.sysfs_root, c.run_dir, c.dev), c.dev, &why) ||
-        fresh->open_context(&why))
+        fresh->open_context_keeping_events(&why))
       return s;
     *client = std::move(fresh);
   }
+  // Our context is sent port events too: read them, or they count as
+  // async_event_write_failed (the port change itself comes from the tree).
+  (*client)->drain_async_events();
   std::vector<Counter> counters;
   std::vector<uint32_t> qps;
   if ((*client)->query_counters(kDeviceCounters, &counters, &why) || (*client)->list_qps(&qps, &why)) {
@@ -288,10 +313,10 @@ Snapshot take_snapshot(const Command& c, std::unique_ptr<ControlClient>* client)
   s.daemon = true;
   s.dev_errors = error_counters(counters);
   for (size_t i = 0; i < qps.size(); i++) {
-    counters.clear();
+    QpSnapshot q;
     // A QP destroyed since LIST_QPS answers ENOENT: it is simply gone.
-    if (i < kMonitorMaxQps && (*client)->query_counters(qps[i], &counters, &why)) continue;
-    s.qps[qps[i]] = error_counters(counters);
+    if (i < kMonitorMaxQps && !poll_qp(**client, qps[i], &q)) continue;
+    s.qps[qps[i]] = std::move(q);
   }
   return s;
 }
@@ -306,12 +331,13 @@ std::string now_text() {
   return std::string(buf) + "." + std::to_string(1000 + ms).substr(1) + "Z";
 }
 
+// Each event is flushed as it is printed: a pipe (`monitor | grep`) gets
+// it at once, not when a stdio buffer fills.
 void print_events(const Command& c, const std::vector<Event>& events) {
   for (const Event& e : events) {
     std::string t = now_text();
-    std::cout << (c.json ? json_event(c.dev, e, t) : t + " " + format_event(c.dev, e)) << "\n";
+    std::cout << (c.json ? json_event(c.dev, e, t) : t + " " + format_event(c.dev, e)) << std::endl;
   }
-  std::cout.flush();
 }
 
 int monitor(const Command& c) {

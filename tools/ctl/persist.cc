@@ -89,6 +89,9 @@ int systemctl(const std::vector<std::string>& args, std::string* why) {
   pid_t pid = fork();
   if (pid < 0) return *why = std::string("fork: ") + std::strerror(errno), errno;
   if (pid == 0) {
+    // Whatever systemctl says ("Created symlink ...") goes to stderr: our
+    // stdout carries only metaroce-ctl's own output (with -j, JSON).
+    dup2(STDERR_FILENO, STDOUT_FILENO);
     execvp("systemctl", cargv.data());
     _exit(127);
   }
