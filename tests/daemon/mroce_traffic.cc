@@ -12,7 +12,8 @@
 //       all with seeded pseudo-random content that the receiving side
 //       regenerates and compares; then timed bulk WRITE and READ phases
 //       (--bulk-mib each; --bulk-read-mib sets the READ phase apart) whose
-//       content is verified too. Prints FIGURE lines.
+//       content is verified too; --bulk-until FILE keeps the WRITE phase
+//       going until FILE exists. Prints FIGURE lines.
 //   --mode stream  both sides stream RDMA WRITEs and READs at each other
 //       until a completion fails; prints the status (e.g. "transport retry
 //       counter exceeded") and exits 0. Touches --ready-file once streaming.
@@ -59,6 +60,7 @@ struct Options {
   int timeout = 14;  // IB encoding: 4.096 us * 2^timeout
   int retry_cnt = 7;
   std::string ready_file;
+  std::string bulk_until;  // client: the bulk WRITE phase goes on until this file exists
   int deadline_s = 120;  // no single step may take longer
 };
 
@@ -524,6 +526,14 @@ void client_step(Host *h, const Options &o, uint32_t k, uint32_t n, uint64_t *at
   if (ack.bad) DIE("the server found a DATA MISMATCH in step %u (%u bytes); see its log", k, n);
 }
 
+// With --bulk-until, WRITEs go on past --bulk-mib until the file appears;
+// no more than deadline_s past the phase's start.
+bool bulk_goes_on(const Options &o, double t0) {
+  if (o.bulk_until.empty() || access(o.bulk_until.c_str(), F_OK) == 0) return false;
+  if (now_s() - t0 > o.deadline_s) DIE("%s did not appear within %d s of bulk WRITEs", o.bulk_until.c_str(), o.deadline_s);
+  return true;
+}
+
 double bulk_write(Host *h, const Options &o, uint32_t chunk, uint64_t total) {
   fill(h->at(h->off_w1()), o.max_size, o.seed, kTagBulk, 0xb01c);
   post_recv(h, kIdAck | 0xb01c, h->off_ctl_rx(), sizeof(Ack));
@@ -531,6 +541,7 @@ double bulk_write(Host *h, const Options &o, uint32_t chunk, uint64_t total) {
   uint64_t n = std::max<uint64_t>(total / chunk, slots), posted = 0, done = 0;
   double t0 = now_s();
   while (done < n) {
+    if (posted == n && bulk_goes_on(o, t0)) n += slots;
     while (posted < n && posted - done < depth) {
       size_t off = (posted % slots) * chunk;
       post_send(h, IBV_WR_RDMA_WRITE, kIdBulk | posted, h->off_w1() + off, chunk, h->off_w1() + off);
@@ -653,7 +664,8 @@ void usage() {
           "usage: mroce_traffic server [options]\n"
           "       mroce_traffic client PEER_IP [options]\n"
           "options: --dev NAME --port N --seed N --max-size BYTES --bulk-mib N --bulk-read-mib N\n"
-          "         --mode verify|stream --timeout N --retry-cnt N --ready-file PATH --deadline S\n");
+          "         --mode verify|stream --timeout N --retry-cnt N --ready-file PATH --deadline S\n"
+          "         --bulk-until PATH\n");
   exit(2);
 }
 
@@ -683,6 +695,7 @@ Options parse(int argc, char **argv) {
     else if (a == "--timeout") o.timeout = atoi(v);
     else if (a == "--retry-cnt") o.retry_cnt = atoi(v);
     else if (a == "--ready-file") o.ready_file = v;
+    else if (a == "--bulk-until") o.bulk_until = v;
     else if (a == "--deadline") o.deadline_s = atoi(v);
     else usage();
   }

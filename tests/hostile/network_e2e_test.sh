@@ -101,13 +101,15 @@ case_forged_frames_during_traffic() {
   third_host_up || e2e_fail "cannot attach the third namespace $NS_F (tc mirred on $IF_TAP)"
 
   mroce_in_a env "${TOOL_ENV[@]}" timeout 300 "$TRAFFIC" server --dev "$MROCE_DEV_A" --port 18791 \
-    --seed 31 --bulk-mib 2048 --timeout 18 >"$WORK/server.log" 2>&1 &
+    --seed 31 --bulk-mib 16 --timeout 18 >"$WORK/server.log" 2>&1 &
   spid=$!; e2e_track_pid "$spid"
   mroce_in_b env "${TOOL_ENV[@]}" timeout 300 "$TRAFFIC" client "$MROCE_IP_A" --dev "$MROCE_DEV_B" \
-    --port 18791 --seed 31 --bulk-mib 2048 --bulk-read-mib 16 --timeout 18 >"$WORK/client.log" 2>&1 &
+    --port 18791 --seed 31 --bulk-mib 16 --bulk-read-mib 16 --bulk-until "$WORK/forged" --timeout 18 \
+    >"$WORK/client.log" 2>&1 &
   cpid=$!; e2e_track_pid "$cpid"
   # Forge once the QP is connected and carrying traffic: the client has
-  # verified its first phase and is in the bulk WRITE phase (seconds long).
+  # verified its first phase and is in the bulk WRITE phase, which goes on
+  # until $WORK/forged appears (however slow the forger is on a busy machine).
   local deadline=$((SECONDS + 60))
   while [ $SECONDS -lt $deadline ]; do
     grep -q "^verified " "$WORK/client.log" && break
@@ -129,6 +131,7 @@ case_forged_frames_during_traffic() {
     cat "$WORK/server.log" "$WORK/client.log"
     e2e_fail "the traffic ended before the forgeries were in (logs above)"
   }
+  touch "$WORK/forged"
 
   wait "$cpid" || rc=$?
   wait "$spid" || src=$?
