@@ -51,7 +51,15 @@ pair() {  # name "server cmd..." "client cmd..." (client gets the server IP last
   rc=0; eval "$3 -p $PORT $MROCE_IP_A" >"$log_c" 2>&1 || rc=$?
   local src=0; wait "$spid" || src=$?
   echo "== server"; cat "$log_s"; echo "== client"; cat "$log_c"
-  [ $rc = 0 ] && [ $src = 0 ] || e2e_fail "$name: client exit $rc, server exit $src"
+  [ $rc = 0 ] && [ $src = 0 ] || { daemon_stats; e2e_fail "$name: client exit $rc, server exit $src"; }
+}
+
+# Both daemons' counters (retransmissions, drops by reason), to say why a
+# pair failed.
+daemon_stats() {
+  local ctl; ctl=$(mroce_find_bin metaroce-ctl tools/metaroce-ctl 2>/dev/null) || return 0
+  echo "== daemon a"; mroce_in_a "$ctl" --sysfs-root "$MROCE_SYSFS_A" stat -a "$MROCE_DEV_A" 2>&1
+  echo "== daemon b"; mroce_in_b "$ctl" --sysfs-root "$MROCE_SYSFS_B" stat -a "$MROCE_DEV_B" 2>&1
 }
 
 # perftest prints one row of figures under its header; show and require it.
