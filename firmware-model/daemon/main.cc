@@ -108,6 +108,7 @@ class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
     d.node_guid = d.sys_image_guid = guid;
     fw::PortInfo p = port_info();
     d.port_active = p.active;
+    d.netdev = options_.netdev;
     for (const auto& g : p.gids) {
       kmod_shim::GidEntry e;
       e.gid = g.bytes;

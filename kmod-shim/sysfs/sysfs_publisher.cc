@@ -153,16 +153,42 @@ bool SysfsPublisher::write_device_dir(const std::string& dir, const DeviceInfo& 
     const std::string idx = std::to_string(i);
     const bool used = i < d.gids.size() && d.gids[i].gid != Gid{};
     const Gid g = used ? d.gids[i].gid : Gid{};
-    if (!write_file(port + "/gids/" + idx, format_gid(g) + "\n", why)) return false;
-    if (used) {
-      const char* type = d.gids[i].type == GidType::kRoceV2 ? "RoCE v2\n" : "IB/RoCE v1\n";
-      if (!write_file(port + "/gid_attrs/types/" + idx, type, why)) return false;
-      if (d.gids[i].ndev.empty()) remove_file_if(port + "/gid_attrs/ndevs/" + idx);
-      else if (!write_file(port + "/gid_attrs/ndevs/" + idx, d.gids[i].ndev + "\n", why)) return false;
-    } else {
-      remove_file_if(port + "/gid_attrs/types/" + idx);
-      remove_file_if(port + "/gid_attrs/ndevs/" + idx);
-    }
+    const bool v1 = used && d.gids[i].type == GidType::kRoceV1;
+    if (!write_file(port + "/gids/" + idx, format_gid(g) + "\n", why) ||
+        !write_file(port + "/gid_attrs/types/" + idx, v1 ? "IB/RoCE v1\n" : "RoCE v2\n", why))
+      return false;
+    if (!used || d.gids[i].ndev.empty()) remove_file_if(port + "/gid_attrs/ndevs/" + idx);
+    else if (!write_file(port + "/gid_attrs/ndevs/" + idx, d.gids[i].ndev + "\n", why)) return false;
+  }
+  return write_device_link(dir, d.netdev, why);
+}
+
+// device: the netdev's parent (a symlink, as the kernel links an RDMA
+// device to its PCI function), or a directory with only net/<netdev> for a
+// virtual netdev. Replaced whenever what it should be changes.
+bool SysfsPublisher::write_device_link(const std::string& dir, const std::string& netdev, std::string* why) {
+  const fs::path dev = fs::path(dir) / "device";
+  std::error_code ec;
+  if (netdev.empty()) {
+    fs::remove_all(dev, ec);
+    return true;
+  }
+  const fs::path net_entry = fs::path(opts_.host_sysfs) / "class/net" / netdev;
+  const fs::path parent = fs::canonical(net_entry / "device", ec);
+  if (!ec) {
+    if (fs::is_symlink(fs::symlink_status(dev)) && fs::read_symlink(dev, ec) == parent) return true;
+    fs::remove_all(dev, ec);
+    fs::create_directory_symlink(parent, dev, ec);
+  } else {
+    const fs::path link = dev / "net" / netdev;
+    if (fs::is_symlink(fs::symlink_status(link)) && fs::read_symlink(link, ec) == net_entry) return true;
+    fs::remove_all(dev, ec);
+    if (!make_dirs((dev / "net").string(), why)) return false;
+    fs::create_directory_symlink(net_entry, link, ec);
+  }
+  if (ec) {
+    if (why) *why = "cannot link " + dev.string() + " to " + netdev + ": " + ec.message();
+    return false;
   }
   return true;
 }
