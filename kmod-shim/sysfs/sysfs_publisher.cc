@@ -1,5 +1,6 @@
 #include "kmod-shim/sysfs/sysfs_publisher.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -232,6 +233,29 @@ bool SysfsPublisher::make_dev_node(std::string* why) {
   return false;
 }
 
+// Moves the directory built at tmp to final. A tree left by a daemon that
+// died is exchanged atomically (RENAME_EXCHANGE), then removed: a reader
+// (a program running under metaroce-run across a daemon restart) sees the
+// old tree or the new one, never a half-deleted one.
+static bool swap_in(const std::string& tmp, const std::string& final_dir, std::string* why) {
+  if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    return true;
+  }
+  if (errno != ENOENT && errno != EINVAL) {  // EINVAL: no exchange on this file system
+    if (why) *why = "cannot exchange " + tmp + " with " + final_dir + ": " + std::strerror(errno);
+    return false;
+  }
+  std::error_code ec;
+  fs::remove_all(final_dir, ec);
+  if (rename(tmp.c_str(), final_dir.c_str()) != 0) {
+    if (why) *why = "cannot rename " + tmp + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
 bool SysfsPublisher::publish(const DeviceInfo& info, std::string* why) {
   if (info.gids.size() > opts_.gid_table_len) {
     if (why) *why = std::to_string(info.gids.size()) + " GIDs do not fit the table of " +
@@ -254,13 +278,8 @@ bool SysfsPublisher::publish(const DeviceInfo& info, std::string* why) {
     const std::string tmp = fs::path(final_dir).parent_path() / ("." + fs::path(final_dir).filename().string() + ".tmp");
     std::error_code ec;
     fs::remove_all(tmp, ec);
-    fs::remove_all(final_dir, ec);  // left over by a daemon that died
     bool ok = final_dir == uverbs_dir() ? write_uverbs_dir(tmp, info, why) : write_device_dir(tmp, info, why);
-    if (!ok) return false;
-    if (rename(tmp.c_str(), final_dir.c_str()) != 0) {
-      if (why) *why = "cannot rename " + tmp + ": " + std::strerror(errno);
-      return false;
-    }
+    if (!ok || !swap_in(tmp, final_dir, why)) return false;
   }
   published_ = true;
   return true;

@@ -180,6 +180,26 @@ TEST_CASE("publish: device is the parent of a netdev that has one, as for a PCI 
   CHECK(fs::exists(t.path / "sys/devices/pci0000:00/0000:00:03.0/net/enp0s3"));  // not followed
 }
 
+TEST_CASE("publish: a tree left by a daemon that died is replaced whole") {
+  TempDir t;
+  std::string why;
+  DeviceInfo d = sample();
+  {
+    SysfsPublisher dead(options(t));
+    REQUIRE(dead.publish(d, &why));
+  }  // no unpublish: the daemon was killed
+  fs::path dev = t.path / "sysfs/class/infiniband/metaroce0";
+  std::ofstream(dev / "stale") << "x\n";
+  SysfsPublisher next(options(t));
+  d.gids.pop_back();
+  REQUIRE_MESSAGE(next.publish(d, &why), why);
+  CHECK_FALSE(fs::exists(dev / "stale"));
+  CHECK(slurp(dev / "ports/1/gids/1") == "0000:0000:0000:0000:0000:0000:0000:0000\n");
+  CHECK(slurp(dev / "ports/1/gids/0") == "fe80:0000:0000:0000:0011:22ff:fe33:4455\n");
+  for (auto& e : fs::directory_iterator(t.path / "sysfs/class/infiniband"))
+    CHECK_MESSAGE(e.path().filename() == "metaroce0", e.path().string());  // the old tree is gone
+}
+
 TEST_CASE("publish: too many GIDs and renaming are refused, nothing lost") {
   TempDir t;
   SysfsPublisher pub(options(t));
