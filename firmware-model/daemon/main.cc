@@ -305,7 +305,7 @@ int run(const Options& o) {
   std::function<void()> arm_usr1 = [&] {
     usr1.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
-      log_line(LogLevel::kInfo, counters_text(device));
+      log_line(LogLevel::kInfo, counters_text(device) + net::format_counters(link.monitor().neighbour_counters()));
       for (uint32_t qpn : device.engine().qp_numbers()) log_line(LogLevel::kInfo, device.engine().describe_qp(qpn));
       arm_usr1();
     });
