@@ -1,8 +1,10 @@
 // metaroce-sysfs-view: metaroce-run's helper that runs CMD with the published
 // device tree at /sys/class/infiniband{,_verbs} (kmod-shim/launcher/sysfs_view.h).
 //
-//   metaroce-sysfs-view [--fallback] --sysfs-root DIR -- CMD [ARGS...]
+//   metaroce-sysfs-view [--fallback] --sysfs-root DIR [--ld-preload LIST] -- CMD [ARGS...]
 //
+// --ld-preload: the LD_PRELOAD CMD runs with (the helper itself runs with
+// the caller's).
 // With the view, SYSFS_PATH is unset: every reader, libibverbs included,
 // reads the standard paths. Without it (no privilege and no user
 // namespaces, or kernel RDMA already owns /sys/class/infiniband), --fallback
@@ -21,11 +23,12 @@
 namespace {
 
 int usage() {
-  std::fprintf(stderr, "usage: metaroce-sysfs-view [--fallback] --sysfs-root DIR -- CMD [ARGS...]\n");
+  std::fprintf(stderr, "usage: metaroce-sysfs-view [--fallback] --sysfs-root DIR [--ld-preload LIST] -- CMD [ARGS...]\n");
   return 2;
 }
 
-int run(char** cmd) {
+int run(char** cmd, const char* ld_preload) {
+  if (ld_preload && *ld_preload) setenv("LD_PRELOAD", ld_preload, 1);
   execvp(cmd[0], cmd);
   std::fprintf(stderr, "metaroce-run: cannot run %s: %s\n", cmd[0], std::strerror(errno));
   return 127;
@@ -36,6 +39,7 @@ int run(char** cmd) {
 int main(int argc, char** argv) {
   metaroce::launcher::ViewOptions o;
   bool fallback = false;
+  const char* ld_preload = nullptr;
   int i = 1;
   for (; i < argc; ++i) {
     std::string a = argv[i];
@@ -43,6 +47,8 @@ int main(int argc, char** argv) {
       fallback = true;
     } else if (a == "--sysfs-root" && i + 1 < argc) {
       o.published_root = argv[++i];
+    } else if (a == "--ld-preload" && i + 1 < argc) {
+      ld_preload = argv[++i];
     } else if (a == "--") {
       ++i;
       break;
@@ -54,7 +60,7 @@ int main(int argc, char** argv) {
   metaroce::launcher::ViewResult r = metaroce::launcher::make_view(o);
   if (r.ok) {
     unsetenv("SYSFS_PATH");
-    return run(argv + i);
+    return run(argv + i, ld_preload);
   }
   if (!fallback) {
     std::fprintf(stderr, "metaroce-run: cannot show the devices at /sys/class/infiniband: %s\n", r.why.c_str());
@@ -66,5 +72,5 @@ int main(int argc, char** argv) {
                "(--sysfs-view=off: no view, no warning)\n",
                r.why.c_str(), o.published_root.c_str());
   setenv("SYSFS_PATH", o.published_root.c_str(), 1);
-  return run(argv + i);
+  return run(argv + i, ld_preload);
 }

@@ -63,6 +63,9 @@ t_view_shows_tree() {
   view_a --sysfs-view on bash -c check_tree || e2e_fail "the view does not show the published tree"
   # The host's classes are still there and live.
   view_a --sysfs-view on cat "/sys/class/net/$MROCE_IF_A/mtu" | grep -qx 1500 || e2e_fail "/sys/class/net lost in the view"
+  # The program (not the helper) gets the completion-channel interposer.
+  view_a --sysfs-view on sh -c 'echo "$LD_PRELOAD"' | grep -q "libmetaroce-preload.so" ||
+    e2e_fail "the interposer is not preloaded in the view"
   local out
   out=$(view_a --sysfs-view on sh -c "touch $PORT/x 2>&1; touch /sys/class/x 2>&1" || true)
   echo "$out"
