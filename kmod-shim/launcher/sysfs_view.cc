@@ -35,7 +35,7 @@ bool write_proc(const std::string& path, const std::string& text, std::string* w
 
 // A user namespace in which the caller is itself (uid and gid map to
 // themselves) and holds CAP_SYS_ADMIN over a new mount namespace.
-bool enter_user_namespace(std::string* how, std::string* why) {
+bool enter_user_namespace(std::string* how, std::string* why, bool* fallback_safe) {
   uid_t uid = geteuid();
   gid_t gid = getegid();
   if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
@@ -49,19 +49,21 @@ bool enter_user_namespace(std::string* how, std::string* why) {
   }
   if (!write_proc("/proc/self/setgroups", "deny", why) ||
       !write_proc("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1\n", why) ||
-      !write_proc("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1\n", why))
+      !write_proc("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1\n", why)) {
+    *fallback_safe = false;  // inside a user namespace that maps nobody
     return false;
+  }
   *how = "user + mount namespace (uid " + std::to_string(uid) + ")";
   return true;
 }
 
-bool enter_mount_namespace(std::string* how, std::string* why) {
+bool enter_mount_namespace(std::string* how, std::string* why, bool* fallback_safe) {
   if (unshare(CLONE_NEWNS) == 0) {
     *how = "mount namespace";
   } else if (errno != EPERM) {
     *why = errno_text("unshare(CLONE_NEWNS)", errno);
     return false;
-  } else if (!enter_user_namespace(how, why)) {
+  } else if (!enter_user_namespace(how, why, fallback_safe)) {
     return false;
   }
   // Slave: host mounts still arrive, ours never leave.
@@ -164,7 +166,7 @@ bool build(const ViewOptions& o, int class_fd, const std::vector<std::string>& n
 
 ViewResult make_view(const ViewOptions& o) {
   ViewResult r;
-  if (!enter_mount_namespace(&r.how, &r.why)) return r;
+  if (!enter_mount_namespace(&r.how, &r.why, &r.fallback_safe)) return r;
   // Opened in the new namespace: a bind mount's source must belong to it.
   int class_fd = open(o.sys_class.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (class_fd < 0) {

@@ -36,12 +36,16 @@ struct ViewResult {
   bool ok = false;
   std::string how;
   std::string why;  // on failure: what failed, its errno text, what to do
+  // On failure: whether the program may still run here. False when a user
+  // namespace was made but its uid/gid maps could not be written (the
+  // program would run with no identity).
+  bool fallback_safe = true;
 };
 
 // Enters the new namespace(s) and builds the view. The calling process must
 // be single-threaded (user namespaces require it). On failure after the
 // namespace exists, every mount made so far is undone, so the caller may
-// still run the program with the host's /sys.
+// still run the program with the host's /sys (unless !fallback_safe).
 ViewResult make_view(const ViewOptions& options);
 
 }  // namespace metaroce::launcher

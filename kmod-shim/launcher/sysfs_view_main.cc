@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     unsetenv("SYSFS_PATH");
     return run(argv + i, ld_preload);
   }
-  if (!fallback) {
+  if (!fallback || !r.fallback_safe) {
     std::fprintf(stderr, "metaroce-run: cannot show the devices at /sys/class/infiniband: %s\n", r.why.c_str());
     return 1;
   }
