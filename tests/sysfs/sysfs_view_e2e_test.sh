@@ -135,10 +135,27 @@ t_view_follows_republish() {
   wait "$pid" || e2e_fail "the view lost the tree across a daemon restart"
 }
 
+# UCX 1.13 reads every GID's type from /sys/class/infiniband itself (and
+# takes a missing file for RoCE v1). Its transports do not open on
+# metaroce yet (no SRQ/UD QPs), but it reads the types first: through the
+# launcher the opens succeed, without the view they fail.
+t_ucx_reads_gid_types() {
+  command -v ucx_info >/dev/null && command -v strace >/dev/null || e2e_skip "needs ucx-utils and strace (tools/setup)"
+  local types=$PORT/gid_attrs/types/ on off
+  on=$(view_a --sysfs-view on strace -f -e trace=openat -e signal=none ucx_info -d 2>&1 | grep -F "\"$types") || true
+  off=$(view_a --sysfs-view off strace -f -e trace=openat -e signal=none ucx_info -d 2>&1 | grep -F "\"$types") || true
+  echo "through the view: $(grep -c ' = [0-9]' <<<"$on") of $(grep -c . <<<"$on") opens of $types* succeeded"
+  echo "without it:       $(grep -c ' = [0-9]' <<<"$off") of $(grep -c . <<<"$off") succeeded"
+  [ -n "$on" ] || e2e_fail "UCX never read $types* (did it find $MROCE_DEV_A?)"
+  ! grep -q ENOENT <<<"$on" || e2e_fail "UCX found no GID type through the view: $(grep -m1 ENOENT <<<"$on")"
+  grep -q ENOENT <<<"$off" || e2e_fail "without the view UCX found the types: the case does not test the view"
+}
+
 e2e_case sysfs_view_shows_the_published_tree t_view_shows_tree
 e2e_case sysfs_view_stock_ibv_devinfo_without_sysfs_path t_stock_tool_through_view
 e2e_case sysfs_view_host_unchanged_without_launcher t_host_unchanged
 e2e_case sysfs_view_unprivileged_user_namespace t_unprivileged_user_namespace
 e2e_case sysfs_view_no_user_namespaces_clear_message t_no_user_namespaces
 e2e_case sysfs_view_follows_a_daemon_restart t_view_follows_republish
+e2e_case sysfs_view_ucx_reads_gid_types t_ucx_reads_gid_types
 e2e_finish
