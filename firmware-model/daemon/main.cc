@@ -108,6 +108,7 @@ class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
     d.node_guid = d.sys_image_guid = guid;
     fw::PortInfo p = port_info();
     d.port_active = p.active;
+    d.netdev = options_.netdev;
     for (const auto& g : p.gids) {
       kmod_shim::GidEntry e;
       e.gid = g.bytes;
@@ -304,7 +305,7 @@ int run(const Options& o) {
   std::function<void()> arm_usr1 = [&] {
     usr1.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
-      log_line(LogLevel::kInfo, counters_text(device));
+      log_line(LogLevel::kInfo, counters_text(device) + net::format_counters(link.monitor().neighbour_counters()));
       for (uint32_t qpn : device.engine().qp_numbers()) log_line(LogLevel::kInfo, device.engine().describe_qp(qpn));
       arm_usr1();
     });

@@ -1,5 +1,6 @@
 #include "kmod-shim/sysfs/sysfs_publisher.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -153,16 +154,42 @@ bool SysfsPublisher::write_device_dir(const std::string& dir, const DeviceInfo& 
     const std::string idx = std::to_string(i);
     const bool used = i < d.gids.size() && d.gids[i].gid != Gid{};
     const Gid g = used ? d.gids[i].gid : Gid{};
-    if (!write_file(port + "/gids/" + idx, format_gid(g) + "\n", why)) return false;
-    if (used) {
-      const char* type = d.gids[i].type == GidType::kRoceV2 ? "RoCE v2\n" : "IB/RoCE v1\n";
-      if (!write_file(port + "/gid_attrs/types/" + idx, type, why)) return false;
-      if (d.gids[i].ndev.empty()) remove_file_if(port + "/gid_attrs/ndevs/" + idx);
-      else if (!write_file(port + "/gid_attrs/ndevs/" + idx, d.gids[i].ndev + "\n", why)) return false;
-    } else {
-      remove_file_if(port + "/gid_attrs/types/" + idx);
-      remove_file_if(port + "/gid_attrs/ndevs/" + idx);
-    }
+    const bool v1 = used && d.gids[i].type == GidType::kRoceV1;
+    if (!write_file(port + "/gids/" + idx, format_gid(g) + "\n", why) ||
+        !write_file(port + "/gid_attrs/types/" + idx, v1 ? "IB/RoCE v1\n" : "RoCE v2\n", why))
+      return false;
+    if (!used || d.gids[i].ndev.empty()) remove_file_if(port + "/gid_attrs/ndevs/" + idx);
+    else if (!write_file(port + "/gid_attrs/ndevs/" + idx, d.gids[i].ndev + "\n", why)) return false;
+  }
+  return write_device_link(dir, d.netdev, why);
+}
+
+// device: the netdev's parent (a symlink, as the kernel links an RDMA
+// device to its PCI function), or a directory with only net/<netdev> for a
+// virtual netdev. Replaced whenever what it should be changes.
+bool SysfsPublisher::write_device_link(const std::string& dir, const std::string& netdev, std::string* why) {
+  const fs::path dev = fs::path(dir) / "device";
+  std::error_code ec;
+  if (netdev.empty()) {
+    fs::remove_all(dev, ec);
+    return true;
+  }
+  const fs::path net_entry = fs::path(opts_.host_sysfs) / "class/net" / netdev;
+  const fs::path parent = fs::canonical(net_entry / "device", ec);
+  if (!ec) {
+    if (fs::is_symlink(fs::symlink_status(dev)) && fs::read_symlink(dev, ec) == parent) return true;
+    fs::remove_all(dev, ec);
+    fs::create_directory_symlink(parent, dev, ec);
+  } else {
+    const fs::path link = dev / "net" / netdev;
+    if (fs::is_symlink(fs::symlink_status(link)) && fs::read_symlink(link, ec) == net_entry) return true;
+    fs::remove_all(dev, ec);
+    if (!make_dirs((dev / "net").string(), why)) return false;
+    fs::create_directory_symlink(net_entry, link, ec);
+  }
+  if (ec) {
+    if (why) *why = "cannot link " + dev.string() + " to " + netdev + ": " + ec.message();
+    return false;
   }
   return true;
 }
@@ -206,6 +233,29 @@ bool SysfsPublisher::make_dev_node(std::string* why) {
   return false;
 }
 
+// Moves the directory built at tmp to final. A tree left by a daemon that
+// died is exchanged atomically (RENAME_EXCHANGE), then removed: a reader
+// (a program running under metaroce-run across a daemon restart) sees the
+// old tree or the new one, never a half-deleted one.
+static bool swap_in(const std::string& tmp, const std::string& final_dir, std::string* why) {
+  if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    return true;
+  }
+  if (errno != ENOENT && errno != EINVAL) {  // EINVAL: no exchange on this file system
+    if (why) *why = "cannot exchange " + tmp + " with " + final_dir + ": " + std::strerror(errno);
+    return false;
+  }
+  std::error_code ec;
+  fs::remove_all(final_dir, ec);
+  if (rename(tmp.c_str(), final_dir.c_str()) != 0) {
+    if (why) *why = "cannot rename " + tmp + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
 bool SysfsPublisher::publish(const DeviceInfo& info, std::string* why) {
   if (info.gids.size() > opts_.gid_table_len) {
     if (why) *why = std::to_string(info.gids.size()) + " GIDs do not fit the table of " +
@@ -228,13 +278,8 @@ bool SysfsPublisher::publish(const DeviceInfo& info, std::string* why) {
     const std::string tmp = fs::path(final_dir).parent_path() / ("." + fs::path(final_dir).filename().string() + ".tmp");
     std::error_code ec;
     fs::remove_all(tmp, ec);
-    fs::remove_all(final_dir, ec);  // left over by a daemon that died
     bool ok = final_dir == uverbs_dir() ? write_uverbs_dir(tmp, info, why) : write_device_dir(tmp, info, why);
-    if (!ok) return false;
-    if (rename(tmp.c_str(), final_dir.c_str()) != 0) {
-      if (why) *why = "cannot rename " + tmp + ": " + std::strerror(errno);
-      return false;
-    }
+    if (!ok || !swap_in(tmp, final_dir, why)) return false;
   }
   published_ = true;
   return true;

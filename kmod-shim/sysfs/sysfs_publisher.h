@@ -11,9 +11,18 @@
 //   class/infiniband/<ibdev>/ports/1/{state,phys_state,link_layer,rate,lid,
 //       sm_lid,lid_mask_count,sm_sl,cap_mask,pkeys/0,gids/I,
 //       gid_attrs/types/I,gid_attrs/ndevs/I}
-// gids/I exists for every I < gid_table_len (empty slots hold the zero GID);
-// types/I and ndevs/I exist only for populated slots (the kernel refuses to
-// read them for empty ones).
+//   class/infiniband/<ibdev>/device                 the netdev's device (see below)
+// gids/I and gid_attrs/types/I exist for every I < gid_table_len: empty
+// slots hold the zero GID and the port's one type, "RoCE v2" (UCX and NCCL
+// read types/I for every index before they look at the GID, and take a
+// missing file for RoCE v1). ndevs/I exists only for populated slots
+// (libibverbs resolves it with if_nametoindex).
+//
+// device, as in the kernel, is where readers (NCCL's topology, UCX) find the
+// netdev: device/net/<netdev>. For a netdev with a parent device (a PCI
+// NIC), device is a symlink to that parent, exactly as for a hardware RDMA
+// device; for a virtual one (veth, bond) it is a directory holding only
+// net/<netdev> -> /sys/class/net/<netdev>.
 //
 // Several daemons (one per network namespace) share /dev and /run: give each
 // its own uverbs_index (metaroce0 <-> uverbs0, metaroce1 <-> uverbs1) and
@@ -52,6 +61,8 @@ struct DeviceInfo {
   bool port_active = true;      // state 4: ACTIVE / 1: DOWN
   std::string rate = "25 Gb/sec (1X EDR)";
   std::vector<GidEntry> gids;   // index i = GID index i; at most gid_table_len
+  std::string netdev;           // the port's interface: device/net/<netdev>;
+                                // empty: no device entry
 };
 
 struct PublisherOptions {
@@ -62,6 +73,7 @@ struct PublisherOptions {
   uint32_t abi_version = 6;     // uverbs ABI (libibverbs accepts 3..6)
   bool make_dev_node = true;    // mknod dev_dir/uverbsN c 1 7 (needs root;
                                 // otherwise a symlink to /dev/full)
+  std::string host_sysfs = "/sys";  // where the netdev's class/net entry is
 };
 
 // GID helpers (RoCE v2 conventions, as rxe fills its table).
@@ -95,6 +107,7 @@ class SysfsPublisher {
  private:
   bool write_device_dir(const std::string& dir, const DeviceInfo& info, std::string* why);
   bool write_uverbs_dir(const std::string& dir, const DeviceInfo& info, std::string* why);
+  bool write_device_link(const std::string& dir, const std::string& netdev, std::string* why);
   bool make_dev_node(std::string* why);
 
   PublisherOptions opts_;

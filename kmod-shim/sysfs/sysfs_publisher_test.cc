@@ -88,7 +88,7 @@ TEST_CASE("publish: writes every file libibverbs reads") {
   CHECK(slurp(port / "gid_attrs/ndevs/1") == "lo\n");
 }
 
-TEST_CASE("publish: fixed GID table, empty slots zero with no attrs") {
+TEST_CASE("publish: fixed GID table, empty slots zero, typed, with no ndev") {
   TempDir t;
   SysfsPublisher pub(options(t));
   std::string why;
@@ -98,7 +98,11 @@ TEST_CASE("publish: fixed GID table, empty slots zero with no attrs") {
   for (auto& e : fs::directory_iterator(port / "gids")) gids += e.is_regular_file();
   CHECK(gids == 16);
   CHECK(slurp(port / "gids/15") == "0000:0000:0000:0000:0000:0000:0000:0000\n");
-  CHECK_FALSE(fs::exists(port / "gid_attrs/types/2"));
+  int types = 0;
+  for (auto& e : fs::directory_iterator(port / "gid_attrs/types")) types += e.is_regular_file();
+  CHECK(types == 16);
+  CHECK(slurp(port / "gid_attrs/types/2") == "RoCE v2\n");
+  CHECK(slurp(port / "gid_attrs/types/15") == "RoCE v2\n");
   CHECK_FALSE(fs::exists(port / "gid_attrs/ndevs/2"));
 }
 
@@ -113,12 +117,87 @@ TEST_CASE("publish: update rewrites changed files and drops removed GIDs") {
   REQUIRE_MESSAGE(pub.publish(d, &why), why);
   fs::path port = t.path / "sysfs/class/infiniband/metaroce0/ports/1";
   CHECK(slurp(port / "gids/1") == "0000:0000:0000:0000:0000:0000:0000:0000\n");
-  CHECK_FALSE(fs::exists(port / "gid_attrs/types/1"));
+  CHECK(slurp(port / "gid_attrs/types/1") == "RoCE v2\n");
+  CHECK_FALSE(fs::exists(port / "gid_attrs/ndevs/1"));
   CHECK(slurp(port / "state") == "1: DOWN\n");
   CHECK(slurp(port / "phys_state") == "3: Disabled\n");
   // No temp files left behind.
   for (auto& e : fs::recursive_directory_iterator(t.path / "sysfs"))
     CHECK_MESSAGE(e.path().filename().string().find(".tmp") == std::string::npos, e.path().string());
+}
+
+// A fake host sysfs: class/net/<if> -> ../../devices/<path>/net/<if>, and,
+// for a NIC with a parent, <path> is that parent and <if>/device links it.
+void fake_netdev(const fs::path& sys, const std::string& ifn, bool with_parent) {
+  fs::path devpath = with_parent ? sys / "devices/pci0000:00/0000:00:03.0" : sys / "devices/virtual";
+  fs::create_directories(devpath / "net" / ifn);
+  fs::create_directories(sys / "class/net");
+  fs::create_directory_symlink(devpath / "net" / ifn, sys / "class/net" / ifn);
+  if (with_parent) fs::create_directory_symlink(devpath, devpath / "net" / ifn / "device");
+}
+
+TEST_CASE("publish: device/net names a virtual netdev") {
+  TempDir t;
+  PublisherOptions o = options(t);
+  o.host_sysfs = (t.path / "sys").string();
+  fake_netdev(t.path / "sys", "veth7", false);
+  SysfsPublisher pub(o);
+  DeviceInfo d = sample();
+  d.netdev = "veth7";
+  std::string why;
+  REQUIRE_MESSAGE(pub.publish(d, &why), why);
+  fs::path dev = t.path / "sysfs/class/infiniband/metaroce0/device";
+  CHECK(fs::is_directory(fs::symlink_status(dev)));
+  CHECK(fs::read_symlink(dev / "net/veth7") == t.path / "sys/class/net/veth7");
+  CHECK(fs::equivalent(dev / "net/veth7", t.path / "sys/devices/virtual/net/veth7"));
+  // Renamed interface: the old entry goes, the new one comes.
+  fake_netdev(t.path / "sys", "veth8", false);
+  d.netdev = "veth8";
+  REQUIRE_MESSAGE(pub.publish(d, &why), why);
+  CHECK_FALSE(fs::exists(fs::symlink_status(dev / "net/veth7")));
+  CHECK(fs::exists(dev / "net/veth8"));
+  d.netdev.clear();
+  REQUIRE(pub.publish(d, &why));
+  CHECK_FALSE(fs::exists(fs::symlink_status(dev)));
+}
+
+TEST_CASE("publish: device is the parent of a netdev that has one, as for a PCI RDMA NIC") {
+  TempDir t;
+  PublisherOptions o = options(t);
+  o.host_sysfs = (t.path / "sys").string();
+  fake_netdev(t.path / "sys", "enp0s3", true);
+  SysfsPublisher pub(o);
+  DeviceInfo d = sample();
+  d.netdev = "enp0s3";
+  std::string why;
+  REQUIRE_MESSAGE(pub.publish(d, &why), why);
+  fs::path dev = t.path / "sysfs/class/infiniband/metaroce0/device";
+  REQUIRE(fs::is_symlink(fs::symlink_status(dev)));
+  CHECK(fs::read_symlink(dev) == t.path / "sys/devices/pci0000:00/0000:00:03.0");
+  CHECK(fs::exists(dev / "net/enp0s3"));
+  REQUIRE(pub.publish(d, &why));  // unchanged: kept
+  pub.unpublish();
+  CHECK(fs::exists(t.path / "sys/devices/pci0000:00/0000:00:03.0/net/enp0s3"));  // not followed
+}
+
+TEST_CASE("publish: a tree left by a daemon that died is replaced whole") {
+  TempDir t;
+  std::string why;
+  DeviceInfo d = sample();
+  {
+    SysfsPublisher dead(options(t));
+    REQUIRE(dead.publish(d, &why));
+  }  // no unpublish: the daemon was killed
+  fs::path dev = t.path / "sysfs/class/infiniband/metaroce0";
+  std::ofstream(dev / "stale") << "x\n";
+  SysfsPublisher next(options(t));
+  d.gids.pop_back();
+  REQUIRE_MESSAGE(next.publish(d, &why), why);
+  CHECK_FALSE(fs::exists(dev / "stale"));
+  CHECK(slurp(dev / "ports/1/gids/1") == "0000:0000:0000:0000:0000:0000:0000:0000\n");
+  CHECK(slurp(dev / "ports/1/gids/0") == "fe80:0000:0000:0000:0011:22ff:fe33:4455\n");
+  for (auto& e : fs::directory_iterator(t.path / "sysfs/class/infiniband"))
+    CHECK_MESSAGE(e.path().filename() == "metaroce0", e.path().string());  // the old tree is gone
 }
 
 TEST_CASE("publish: too many GIDs and renaming are refused, nothing lost") {

@@ -1,10 +1,14 @@
 # Two-host test network (sourced): namespaces mroce-a and mroce-b joined by
 # one veth pair, a metaroced in each. Traffic never leaves these namespaces.
 #
-#   mroce_net_up [--io auto|xdp|packet] [--mtu N] [--paths N]
+#   mroce_net_up [--io auto|xdp|packet] [--mtu N] [--paths N] [--ipv6 [--ipv6-nd]]
 #       exports MROCE_NS_A/B, MROCE_IF_A/B, MROCE_IP_A/B, MROCE_SYSFS_A/B
 #       (the SYSFS_PATH to use in each namespace), MROCE_DEV_A/B
 #       (metaroce0/metaroce1), MROCE_RUN_A/B, MROCE_PID_A/B
+#   --ipv6 adds the global addresses MROCE_IP6_A/B (fd77::1, fd77::2, /64;
+#       GID index 2 of each device) with static neighbours, as for IPv4;
+#       --ipv6-nd leaves their neighbours to IPv6 neighbour discovery. The
+#       daemons start at once: the addresses are still tentative (DAD).
 #   mroce_net_down
 #   mroce_in_a CMD... / mroce_in_b CMD...   run in a namespace with SYSFS_PATH set
 #   mroce_daemon_restart a|b                 kill -9 and restart one daemon
@@ -30,6 +34,8 @@ MROCE_PREFIX=${MROCE_PREFIX:-mroce}
 MROCE_NS_A=$MROCE_PREFIX-a; MROCE_NS_B=$MROCE_PREFIX-b
 MROCE_IF_A=$MROCE_PREFIX-va; MROCE_IF_B=$MROCE_PREFIX-vb
 MROCE_IP_A=10.77.0.1; MROCE_IP_B=10.77.0.2
+MROCE_IP6_A=fd77::1; MROCE_IP6_B=fd77::2
+export MROCE_IP6_A MROCE_IP6_B
 MROCE_DEV_A=metaroce0; MROCE_DEV_B=metaroce1
 MROCE_RUN_A=/run/metaroce/$MROCE_NS_A; MROCE_RUN_B=/run/metaroce/$MROCE_NS_B
 MROCE_SYSFS_A=$MROCE_RUN_A/sysfs; MROCE_SYSFS_B=$MROCE_RUN_B/sysfs
@@ -74,9 +80,11 @@ _mroce_start_daemon() {  # ns ifname ibdev rundir
 }
 
 mroce_net_up() {
-  local mtu=1500
+  local mtu=1500 ipv6=0 ipv6_nd=0
   while [ $# -gt 0 ]; do
     case $1 in
+      --ipv6) ipv6=1; shift ;;
+      --ipv6-nd) ipv6=1; ipv6_nd=1; shift ;;
       --io) MROCE_IO=$2; shift 2 ;;
       --mtu) mtu=$2; shift 2 ;;
       --paths) MROCE_PATHS=$2; shift 2 ;;
@@ -106,6 +114,14 @@ mroce_net_up() {
   mac_b=$(ip -n "$MROCE_NS_B" -br link show "$MROCE_IF_B" | awk '{print $3}')
   ip -n "$MROCE_NS_A" neigh replace "$MROCE_IP_B" lladdr "$mac_b" dev "$MROCE_IF_A" nud permanent
   ip -n "$MROCE_NS_B" neigh replace "$MROCE_IP_A" lladdr "$mac_a" dev "$MROCE_IF_B" nud permanent
+  if [ "$ipv6" = 1 ]; then
+    ip -n "$MROCE_NS_A" addr add "$MROCE_IP6_A/64" dev "$MROCE_IF_A" || return 1
+    ip -n "$MROCE_NS_B" addr add "$MROCE_IP6_B/64" dev "$MROCE_IF_B" || return 1
+    if [ "$ipv6_nd" = 0 ]; then
+      ip -n "$MROCE_NS_A" neigh replace "$MROCE_IP6_B" lladdr "$mac_b" dev "$MROCE_IF_A" nud permanent
+      ip -n "$MROCE_NS_B" neigh replace "$MROCE_IP6_A" lladdr "$mac_a" dev "$MROCE_IF_B" nud permanent
+    fi
+  fi
   if [ "${MROCE_HOP:-0}" = 1 ]; then
     MROCE_PID_M=$(_mroce_start_hop ${MROCE_IMPAIR_ARGS:-}) || return 1
     export MROCE_PID_M

@@ -193,3 +193,52 @@ TEST_CASE("neighbour resolution: an EUI-64 link-local destination resolves from 
   CHECK_FALSE(daemon::net::mac_from_link_local(ip("2001:db8::200:ff:fe00:1"), &m));
   CHECK_FALSE(daemon::net::mac_from_link_local(ip("10.78.0.2"), &m));
 }
+
+// A destination on the link that never answers (no host has 10.78.0.99):
+// each resolve() while it is unresolved asks the kernel again at most every
+// 200 ms, and says how often it asked and how often it held back.
+TEST_CASE("neighbour resolution: an unresolved neighbour is asked for again, rate-limited and counted") {
+  Fixture f;
+  proto::MacAddr m{};
+  proto::IpAddr silent = ip("10.78.0.99");
+  CHECK(f.mon->resolve(silent, &m) == Resolve::kPending);
+  CHECK(f.mon->neighbour_counters().neigh_resolve_triggers == 1);
+  // Calls within 200 ms of the last trigger are held back (polled: no
+  // assumption about how fast two calls follow each other).
+  CHECK(wait_for(*f.mon, [&] {
+    f.mon->resolve(silent, &m);
+    return f.mon->neighbour_counters().neigh_resolve_rate_limited >= 1;
+  }));
+  // Later calls ask again: a neighbour that becomes resolvable is picked up.
+  CHECK(wait_for(*f.mon, [&] {
+    f.mon->resolve(silent, &m);
+    return f.mon->neighbour_counters().neigh_resolve_triggers >= 2;
+  }));
+  CHECK(f.mon->pending_triggers() == 1);
+  CHECK(f.mon->resolve(ip("192.0.2.77"), &m) == Resolve::kUnreachable);
+  CHECK(f.mon->neighbour_counters().neigh_resolve_unreachable == 1);
+  CHECK(daemon::net::format_counters(f.mon->neighbour_counters()).find(" neigh_resolve_triggers=") !=
+        std::string::npos);
+}
+
+// Clients choose destinations: however many they name, the trigger table
+// stays bounded, and what it forgets is counted.
+TEST_CASE("neighbour resolution: the trigger table is bounded") {
+  Fixture f;
+  proto::MacAddr m{};
+  const size_t n = daemon::net::kMaxPendingTriggers + 40;
+  for (size_t i = 0; i < n; ++i) {
+    proto::IpAddr dst = ip("fe80::1:0:0");  // on the link, not EUI-64: asked of the kernel
+    dst.bytes[14] = static_cast<uint8_t>(i >> 8);
+    dst.bytes[15] = static_cast<uint8_t>(i);
+    REQUIRE(f.mon->resolve(dst, &m) == Resolve::kPending);
+    REQUIRE(f.mon->pending_triggers() <= daemon::net::kMaxPendingTriggers);
+  }
+  const auto& c = f.mon->neighbour_counters();
+  MESSAGE("triggers " << c.neigh_resolve_triggers << " send errors " << c.neigh_resolve_send_errors
+                      << " evictions " << c.neigh_resolve_evictions);
+  // A new destination is never held back by the bound: each was asked for
+  // (or, while our own link-local address is tentative, failed to be: counted).
+  CHECK(c.neigh_resolve_triggers + c.neigh_resolve_send_errors == n);
+  CHECK(f.mon->pending_triggers() <= daemon::net::kMaxPendingTriggers);
+}

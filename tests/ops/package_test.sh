@@ -64,7 +64,8 @@ in_ns() { ip netns exec "$NS" "$@"; }
 ctl() { in_ns /usr/bin/metaroce-ctl --run-dir "$RUN" --sysfs-root "$RUN/sysfs" "$@"; }
 EXPECTED=(/usr/sbin/metaroced /usr/bin/metaroce-ctl /usr/bin/metaroce-run
   "/usr/lib/$TRIPLET/libibverbs/libmetaroce-rdmav34.so" /etc/libibverbs.d/metaroce.driver
-  "/usr/lib/$TRIPLET/metaroce/libmetaroce-preload.so" "/usr/lib/$TRIPLET/wireshark/plugins/metaroce.lua"
+  "/usr/lib/$TRIPLET/metaroce/libmetaroce-preload.so" "/usr/lib/$TRIPLET/metaroce/metaroce-sysfs-view"
+  "/usr/lib/$TRIPLET/wireshark/plugins/metaroce.lua"
   /lib/systemd/system/metaroced@.service /usr/share/man/man8/metaroced.8.gz
   /usr/share/man/man8/metaroce-ctl.8.gz /usr/share/man/man1/metaroce-run.1.gz
   /usr/share/man/man7/metaroce.7.gz)
@@ -138,6 +139,10 @@ t_service_via_ctl_and_installed_launcher() {
   in_ns /usr/bin/metaroce-run --sysfs-root "$RUN/sysfs" env > "$WORK/env"
   ! grep -q '^RDMAV_DRIVERS=' "$WORK/env" || e2e_fail "installed launcher set RDMAV_DRIVERS"
   grep -qx "LD_PRELOAD=/usr/lib/$TRIPLET/metaroce/libmetaroce-preload.so" "$WORK/env" || e2e_fail "$(grep LD_PRELOAD "$WORK/env")"
+  # ...and its /sys/class view (docs/provider.md "Programs that read /sys directly").
+  in_ns /usr/bin/metaroce-run --sysfs-view on --sysfs-root "$RUN/sysfs" ls /sys/class/infiniband > "$WORK/view" 2>&1 ||
+    { cat "$WORK/view"; e2e_fail "the installed launcher made no /sys/class view"; }
+  grep -qx "$DEV" "$WORK/view" || e2e_fail "/sys/class/infiniband through the installed launcher: $(cat "$WORK/view")"
 }
 
 # Where systemd is PID 1: the unit itself, on a veth pair in the root

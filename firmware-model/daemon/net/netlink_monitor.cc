@@ -113,7 +113,10 @@ class Monitor final : public NetlinkMonitor {
     if (mac_from_link_local(dst, mac)) return Resolve::kResolved;
     proto::IpAddr nexthop;
     int oif = 0;
-    if (!route_get(dst, &nexthop, &oif) || oif != ifindex_) return Resolve::kUnreachable;
+    if (!route_get(dst, &nexthop, &oif) || oif != ifindex_) {
+      counters_.neigh_resolve_unreachable++;
+      return Resolve::kUnreachable;
+    }
     nl_addr* a = to_nl(nexthop);
     rtnl_neigh* n = rtnl_neigh_get(neighs_, ifindex_, a);
     nl_addr_put(a);
@@ -235,24 +238,52 @@ class Monitor final : public NetlinkMonitor {
   // (ARP/ND) to send it. At most once per destination per 200 ms.
   void trigger(const proto::IpAddr& dst) {
     auto now = std::chrono::steady_clock::now();
-    auto& last = last_trigger_[dst.bytes];
-    if (now - last < std::chrono::milliseconds(200)) return;
-    last = now;
+    auto it = last_trigger_.find(dst.bytes);
+    if (it != last_trigger_.end() && now - it->second < kRetrigger) {
+      counters_.neigh_resolve_rate_limited++;
+      return;
+    }
+    if (it == last_trigger_.end()) {
+      make_room(now);
+      it = last_trigger_.emplace(dst.bytes, now).first;
+    }
+    it->second = now;
+    if (send_trigger(dst)) counters_.neigh_resolve_triggers++;
+    else counters_.neigh_resolve_send_errors++;
+  }
+
+  // Keeps the table below kMaxPendingTriggers: forgets the entries that no
+  // longer rate-limit anything, else the oldest one.
+  void make_room(std::chrono::steady_clock::time_point now) {
+    if (last_trigger_.size() < kMaxPendingTriggers) return;
+    std::erase_if(last_trigger_, [&](const auto& e) { return now - e.second >= kRetrigger; });
+    if (last_trigger_.size() < kMaxPendingTriggers) return;
+    auto oldest = std::min_element(last_trigger_.begin(), last_trigger_.end(),
+                                   [](const auto& a, const auto& b) { return a.second < b.second; });
+    last_trigger_.erase(oldest);
+    counters_.neigh_resolve_evictions++;
+  }
+
+  bool send_trigger(const proto::IpAddr& dst) {
     if (dst.is_v4()) {
       sockaddr_in a{};
       a.sin_family = AF_INET;
       a.sin_port = htons(9);
       std::memcpy(&a.sin_addr, dst.bytes.data() + 12, 4);
-      sendto(udp4_, nullptr, 0, 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    } else {
-      sockaddr_in6 a{};
-      a.sin6_family = AF_INET6;
-      a.sin6_port = htons(9);
-      std::memcpy(&a.sin6_addr, dst.bytes.data(), 16);
-      if (is_link_local(dst)) a.sin6_scope_id = static_cast<uint32_t>(ifindex_);
-      sendto(udp6_, nullptr, 0, 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+      return sendto(udp4_, nullptr, 0, 0, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
     }
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(9);
+    std::memcpy(&a.sin6_addr, dst.bytes.data(), 16);
+    if (is_link_local(dst)) a.sin6_scope_id = static_cast<uint32_t>(ifindex_);
+    return sendto(udp6_, nullptr, 0, 0, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
   }
+
+  const NeighbourCounters& neighbour_counters() const override { return counters_; }
+  size_t pending_triggers() const override { return last_trigger_.size(); }
+
+  static constexpr std::chrono::milliseconds kRetrigger{200};
 
   NetlinkMonitorVisitor* visitor_ = nullptr;
   nl_cache_mngr* mngr_ = nullptr;
@@ -262,9 +293,19 @@ class Monitor final : public NetlinkMonitor {
   int udp4_ = -1, udp6_ = -1;
   LinkState link_;
   std::map<std::array<uint8_t, 16>, std::chrono::steady_clock::time_point> last_trigger_;
+  NeighbourCounters counters_;
 };
 
 }  // namespace
+
+std::string format_counters(const NeighbourCounters& c) {
+  std::string out;
+#define MROCE_NEIGH_FORMAT(n) \
+  if (c.n) out += " " #n "=" + std::to_string(c.n);
+  MROCE_NEIGH_COUNTERS(MROCE_NEIGH_FORMAT)
+#undef MROCE_NEIGH_FORMAT
+  return out;
+}
 
 proto::IpAddr link_local_gid(const proto::MacAddr& m) {
   proto::IpAddr g;

@@ -17,7 +17,13 @@
 // ICMP port unreachable that nobody reads). The result arrives as an
 // RTM_NEWNEIGH notification: on_neighbour() with the MAC, or valid=false
 // when resolution failed (NUD_FAILED). Triggers are rate-limited to one per
-// destination per 200 ms.
+// destination per 200 ms, so a neighbour that becomes resolvable later (a
+// peer still in DAD, a host that comes up) is asked for again while frames
+// keep wanting it, and picked up once the kernel resolves it. The table of
+// last triggers is bounded (kMaxPendingTriggers destinations; clients choose
+// destinations, so it must be): a full table first forgets entries whose
+// 200 ms passed, then the oldest. Every outcome is counted
+// (NeighbourCounters).
 #pragma once
 
 #include <array>
@@ -58,6 +64,25 @@ class NetlinkMonitorVisitor {
   virtual void on_link_removed() {}
 };
 
+// Neighbour resolution counters, one per outcome; the daemon dumps them with
+// its own (SIGUSR1).
+#define MROCE_NEIGH_COUNTERS(X)                                                    \
+  X(neigh_resolve_triggers)       /* discovery asked of the kernel (datagram) */ \
+  X(neigh_resolve_rate_limited)   /* asked again within 200 ms: not sent */      \
+  X(neigh_resolve_send_errors)    /* the datagram could not be sent */           \
+  X(neigh_resolve_evictions)      /* trigger table full: oldest entry dropped */ \
+  X(neigh_resolve_unreachable)    /* no route through this interface */
+
+struct NeighbourCounters {
+#define MROCE_NEIGH_FIELD(n) uint64_t n = 0;
+  MROCE_NEIGH_COUNTERS(MROCE_NEIGH_FIELD)
+#undef MROCE_NEIGH_FIELD
+};
+// " name=value" for every non-zero counter.
+std::string format_counters(const NeighbourCounters& c);
+
+inline constexpr size_t kMaxPendingTriggers = 256;
+
 enum class Resolve {
   kResolved,     // *mac is the next hop's MAC
   kPending,      // resolution triggered; on_neighbour() follows
@@ -86,6 +111,9 @@ class NetlinkMonitor {
 
   // Next-hop MAC for dst (see the header comment).
   virtual Resolve resolve(const proto::IpAddr& dst, proto::MacAddr* mac) = 0;
+  virtual const NeighbourCounters& neighbour_counters() const = 0;
+  // Destinations in the trigger table (at most kMaxPendingTriggers).
+  virtual size_t pending_triggers() const = 0;
 };
 
 // fe80::/64 + EUI-64 of mac.
