@@ -49,7 +49,10 @@ CmCheck check_cm(const Packet& p) {
   const Opcode op = p.mbth.opcode;
   if (c.local_comm_id == 0 && op != Opcode::kCmRej) return CmCheck::kZeroLocalCommId;
   if (op == Opcode::kCmReq) return check_req(c);
-  if (c.remote_comm_id == 0) return CmCheck::kZeroRemoteCommId;
+  // A REJ may name only one side: the peer's id when it made no connection
+  // (local 0), or only its own when it never learnt ours (remote 0).
+  if (c.remote_comm_id == 0 && (op != Opcode::kCmRej || c.local_comm_id == 0))
+    return CmCheck::kZeroRemoteCommId;
   switch (op) {
     case Opcode::kCmRep: return check_qp(c);
     case Opcode::kCmRej:

@@ -66,7 +66,7 @@ inline constexpr uint64_t cm_timeout_ns(uint8_t x) { return uint64_t{4096} << (x
 #define MROCE_CM_CHECKS(X)                                                  \
   X(kOk, "ok")                                                              \
   X(kZeroLocalCommId, "zero_local_comm_id")     /* every message but REJ */ \
-  X(kZeroRemoteCommId, "zero_remote_comm_id")   /* every message but REQ */ \
+  X(kZeroRemoteCommId, "zero_remote_comm_id")   /* but REQ; REJ: one of two */ \
   X(kReqRemoteCommId, "req_remote_comm_id")     /* REQ names no peer id */  \
   X(kServiceId, "service_id")                   /* REQ: unknown port space */ \
   X(kQpType, "qp_type")                         /* REQ/REP: not RC or UD */  \

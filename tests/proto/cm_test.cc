@@ -91,6 +91,9 @@ TEST_CASE("check_cm__valid_messages_pass") {
   Packet at_once_rej = valid(Opcode::kCmRej);
   at_once_rej.cm.local_comm_id = 0;  // REJ of a REQ that made no connection
   CHECK(check_cm(at_once_rej) == CmCheck::kOk);
+  Packet abandon_rej = valid(Opcode::kCmRej);
+  abandon_rej.cm.remote_comm_id = 0;  // the initiator gave up before it learnt our id
+  CHECK(check_cm(abandon_rej) == CmCheck::kOk);
 }
 
 TEST_CASE("check_cm__each_rule_names_its_reason") {
@@ -106,7 +109,7 @@ TEST_CASE("check_cm__each_rule_names_its_reason") {
       {"REQ names a peer id", Opcode::kCmReq, [](Cmh& c) { c.remote_comm_id = 5; }, CmCheck::kReqRemoteCommId},
       {"REP remote 0", Opcode::kCmRep, [](Cmh& c) { c.remote_comm_id = 0; }, CmCheck::kZeroRemoteCommId},
       {"DREQ remote 0", Opcode::kCmDreq, [](Cmh& c) { c.remote_comm_id = 0; }, CmCheck::kZeroRemoteCommId},
-      {"REJ remote 0", Opcode::kCmRej, [](Cmh& c) { c.remote_comm_id = 0; }, CmCheck::kZeroRemoteCommId},
+      {"REJ both ids 0", Opcode::kCmRej, [](Cmh& c) { c.local_comm_id = c.remote_comm_id = 0; }, CmCheck::kZeroRemoteCommId},
       {"unknown port space", Opcode::kCmReq, [](Cmh& c) { c.service_id = 0x0000000001990001ull; }, CmCheck::kServiceId},
       {"service id high bits", Opcode::kCmReq, [](Cmh& c) { c.service_id |= 1ull << 40; }, CmCheck::kServiceId},
       {"REQ qp type 3", Opcode::kCmReq, [](Cmh& c) { c.qp_type = 3; }, CmCheck::kQpType},
