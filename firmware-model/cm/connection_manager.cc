@@ -343,24 +343,8 @@ Conn* ConnectionManager::match(const proto::IpAddr& from, const Packet& p) {
 
 void ConnectionManager::on_req(const proto::IpAddr& from, const proto::IpAddr& to,
                                const Packet& p, Time now, Output& out) {
-  if (auto it = by_peer_.find(PeerKey{from.bytes, p.cm.local_comm_id}); it != by_peer_.end()) {
-    Conn& c = conns_.at(it->second);
-    ++counters_.rx_duplicate;
-    if (c.state == State::kReqRcvd) {  // our app is still deciding: ask for time
-      Outgoing mra{from, to, {}, {}};
-      mra.header.mbth.opcode = Opcode::kCmMra;
-      mra.header.cm.local_comm_id = c.id;
-      mra.header.cm.remote_comm_id = c.remote_id;
-      mra.header.cm.cm_timeout = config_.mra_timeout;
-      mra.header.cm.message = proto::kCmMsgReq;
-      out.messages.push_back(std::move(mra));
-      ++counters_.tx_messages;
-      ++counters_.mra_sent;
-    } else if (c.state == State::kRepSent || c.state == State::kUdAnswered) {
-      resend(c, out);  // our REP was lost
-    }
-    return;
-  }
+  if (auto it = by_peer_.find(PeerKey{from.bytes, p.cm.local_comm_id}); it != by_peer_.end())
+    return on_duplicate_req(conns_.at(it->second), out);
   ListenId lid = 0;
   const RejReason reason = admit(p, to, &lid);
   const uint32_t cid = reason == RejReason{} ? new_comm_id() : 0;
@@ -384,6 +368,24 @@ void ConnectionManager::on_req(const proto::IpAddr& from, const proto::IpAddr& t
   by_peer_[PeerKey{from.bytes, c.remote_id}] = cid;
   emit(c, EventType::kConnectRequest, 0, out, &p);
   out.events.back().listener = lid;
+}
+
+// A REQ we already have: its initiator did not hear from us in time.
+void ConnectionManager::on_duplicate_req(Conn& c, Output& out) {
+  ++counters_.rx_duplicate;
+  if (c.state == State::kReqRcvd) {  // our app is still deciding: ask for time
+    Outgoing mra{c.peer.ip, c.local.ip, {}, {}};
+    mra.header.mbth.opcode = Opcode::kCmMra;
+    mra.header.cm.local_comm_id = c.id;
+    mra.header.cm.remote_comm_id = c.remote_id;
+    mra.header.cm.cm_timeout = config_.mra_timeout;
+    mra.header.cm.message = proto::kCmMsgReq;
+    out.messages.push_back(std::move(mra));
+    ++counters_.tx_messages;
+    ++counters_.mra_sent;
+  } else if (c.state == State::kRepSent || c.state == State::kUdAnswered) {
+    resend(c, out);  // our REP was lost
+  }
 }
 
 void ConnectionManager::on_mra(Conn& c, const Packet& p, Time now, Output& out) {

@@ -234,6 +234,7 @@ class ConnectionManager {
   // Inbound, one per message (connection_manager.cc).
   void on_req(const proto::IpAddr& from, const proto::IpAddr& to, const proto::Packet& p, Time now,
               Output& out);
+  void on_duplicate_req(Conn& c, Output& out);
   void on_mra(Conn& c, const proto::Packet& p, Time now, Output& out);
   void on_rej(Conn& c, const proto::Packet& p, Output& out);
   void on_rep(Conn& c, const proto::Packet& p, Time now, Output& out);

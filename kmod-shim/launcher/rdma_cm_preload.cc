@@ -10,7 +10,8 @@
 // for completion channels.
 //
 // The fast path for a descriptor that is not ours is one acquire load from
-// g_files and the real call.
+// g_files and the real call. A write racing a close of the same emulated
+// descriptor is the application's bug, as on any file.
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +24,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <mutex>
 
 #include "kmod-shim/launcher/ucma_emulation.h"
 
@@ -37,7 +37,8 @@ constexpr const char* kDevice = "/dev/infiniband/rdma_cm";
 struct File {
   UcmaFile ucma;
   int peer_fd;  // the other end: where events come from (the daemon's, later)
-  std::mutex lock;  // one command at a time per file, as the kernel's file
+  dev_t dev = 0;  // the socket's identity, to tell a reused descriptor number
+  ino_t ino = 0;
   File(int fd, int peer, const char* sysfs) : ucma(fd, sysfs), peer_fd(peer) {}
 };
 
@@ -68,8 +69,24 @@ __attribute__((constructor)) void resolve() {
   real_fstat64 = next<FstatFn>("fstat64", "GLIBC_2.33");
 }
 
-File* ours(int fd) {
+File* registered(int fd) {
   return fd >= 0 && fd < kMaxFds ? g_files[fd].load(std::memory_order_acquire) : nullptr;
+}
+
+// The emulated file behind `fd`, or nullptr. A descriptor closed without
+// our close() (close_range, a raw syscall) may have been reused for another
+// file: the socket's identity is checked, one fstat on our slow path only,
+// and a stale entry is dropped.
+File* ours(int fd) {
+  File* f = registered(fd);
+  if (!f) return nullptr;
+  struct stat st;
+  if (real_fstat && real_fstat(fd, &st) == 0 && st.st_dev == f->dev && st.st_ino == f->ino) return f;
+  if (g_files[fd].compare_exchange_strong(f, nullptr, std::memory_order_acq_rel)) {
+    real_close(f->peer_fd);
+    delete f;
+  }
+  return nullptr;
 }
 
 int open_emulated(int flags) {
@@ -93,6 +110,11 @@ int open_emulated(int flags) {
     real_close(p[1]);
     errno = ENOMEM;
     return -1;
+  }
+  struct stat st;
+  if (real_fstat && real_fstat(p[0], &st) == 0) {
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
   }
   g_files[p[0]].store(f, std::memory_order_release);
   return p[0];
@@ -144,7 +166,6 @@ __attribute__((visibility("default"))) int open64(const char* path, int flags, .
 __attribute__((visibility("default"))) ssize_t write(int fd, const void* buf, size_t n) {
   File* f = ours(fd);
   if (!f) return real_write ? real_write(fd, buf, n) : (errno = ENOSYS, -1);
-  std::lock_guard<std::mutex> hold(f->lock);
   const ssize_t r = f->ucma.write(buf, n);
   if (r < 0) {
     errno = static_cast<int>(-r);
@@ -154,8 +175,7 @@ __attribute__((visibility("default"))) ssize_t write(int fd, const void* buf, si
 }
 
 __attribute__((visibility("default"))) int close(int fd) {
-  if (File* f = ours(fd)) {
-    g_files[fd].store(nullptr, std::memory_order_release);
+  if (File* f = ours(fd); f && g_files[fd].compare_exchange_strong(f, nullptr)) {
     real_close(f->peer_fd);
     delete f;
   }

@@ -133,17 +133,34 @@ bool find_device_address(const std::string& sysfs_root, const sockaddr* addr, De
 UcmaFile::UcmaFile(int event_fd, std::string sysfs_root)
     : event_fd_(event_fd), sysfs_root_(std::move(sysfs_root)) {}
 
+thread_local std::string t_error;
+
+const std::string& UcmaFile::last_error() { return t_error; }
+
 ssize_t UcmaFile::fail(int err, const char* why) {
-  error_ = why;
+  t_error = why;
   return -err;
 }
 
 ssize_t UcmaFile::write(const void* buf, size_t len) {
+  static_assert(sizeof(rdma_ucm_cmd_hdr_view) == kHdr);
   if (len < kHdr) return fail(EINVAL, "shorter than struct rdma_ucm_cmd_hdr");
-  rdma_ucm_cmd_hdr hdr;
+  rdma_ucm_cmd_hdr_view hdr;
   std::memcpy(&hdr, buf, kHdr);
-  if (hdr.in + kHdr > len) return fail(EINVAL, "hdr.in runs past the write");
+  if (size_t{hdr.in} + kHdr > len) return fail(EINVAL, "hdr.in runs past the write");
   const void* in = static_cast<const uint8_t*>(buf) + kHdr;
+  ssize_t r = 0;
+  if (hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT) {  // may block: not under the lock
+    r = hdr.in >= sizeof(rdma_ucm_get_event) ? get_event(in, hdr.out)
+                                            : fail(EINVAL, "GET_EVENT too short");
+  } else {
+    std::lock_guard<std::mutex> hold(mu_);
+    r = command(hdr, in);
+  }
+  return r < 0 ? r : static_cast<ssize_t>(len);
+}
+
+ssize_t UcmaFile::command(const rdma_ucm_cmd_hdr_view& hdr, const void* in) {
   ssize_t r = 0;
   auto need = [&](size_t size) { return hdr.in >= size; };
   switch (hdr.cmd) {
@@ -168,16 +185,13 @@ ssize_t UcmaFile::write(const void* buf, size_t len) {
     case RDMA_USER_CM_CMD_LISTEN:
       r = need(sizeof(rdma_ucm_listen)) ? listen(in) : fail(EINVAL, "LISTEN too short");
       break;
-    case RDMA_USER_CM_CMD_GET_EVENT:
-      r = need(sizeof(rdma_ucm_get_event)) ? get_event(in, hdr.out) : fail(EINVAL, "GET_EVENT too short");
-      break;
     default:
       return fail(hdr.cmd <= RDMA_USER_CM_CMD_JOIN_MCAST ? ENOSYS : EINVAL,
                   hdr.cmd <= RDMA_USER_CM_CMD_JOIN_MCAST
                       ? "not served yet: needs the daemon's CM (docs/connection-manager.md §6)"
                       : "unknown rdma_cm command");
   }
-  return r < 0 ? r : static_cast<ssize_t>(len);
+  return r;
 }
 
 UcmaFile::Id* UcmaFile::find(uint32_t id) {

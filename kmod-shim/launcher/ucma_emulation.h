@@ -14,11 +14,19 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 
 #include <sys/socket.h>
 
 namespace metaroce::launcher {
+
+// struct rdma_ucm_cmd_hdr's fields (the kernel header stays out of this one).
+struct rdma_ucm_cmd_hdr_view {
+  uint32_t cmd;
+  uint16_t in;
+  uint16_t out;
+};
 
 // A MetaRoCE device that owns an IP address (from the published sysfs tree).
 struct DeviceAddress {
@@ -40,9 +48,12 @@ class UcmaFile {
   explicit UcmaFile(int event_fd, std::string sysfs_root);
 
   // One write() of the ABI. Returns `len` on success, else -errno; the
-  // reason is in last_error().
+  // reason is in last_error() (of the calling thread). Thread-safe: the ID
+  // table is locked for every command except GET_EVENT, which may block in
+  // one thread while others issue commands on the same file, as on the
+  // kernel's.
   ssize_t write(const void* buf, size_t len);
-  const std::string& last_error() const { return error_; }
+  static const std::string& last_error();
   size_t id_count() const { return ids_.size(); }
 
   static constexpr size_t kMaxIds = 4096;
@@ -59,7 +70,8 @@ class UcmaFile {
     DeviceAddress device;  // node_guid 0: bound to no device (wildcard)
   };
 
-  ssize_t fail(int err, const char* why);
+  static ssize_t fail(int err, const char* why);
+  ssize_t command(const rdma_ucm_cmd_hdr_view& hdr, const void* in);
   ssize_t create_id(const void* in, uint16_t out_len);
   ssize_t destroy_id(const void* in, uint16_t out_len);
   ssize_t bind_ip(const void* in);
@@ -74,9 +86,9 @@ class UcmaFile {
 
   int event_fd_;
   std::string sysfs_root_;
+  std::mutex mu_;  // ids_, next_id_
   std::map<uint32_t, Id> ids_;
   uint32_t next_id_ = 1;
-  std::string error_;
 };
 
 }  // namespace metaroce::launcher

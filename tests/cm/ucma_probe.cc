@@ -13,7 +13,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
 #include <initializer_list>
+#include <string>
+#include <thread>
 
 namespace {
 
@@ -35,6 +43,40 @@ sockaddr_in addr(const char* ip, uint16_t port) {
 int bind_to(rdma_cm_id* id, const char* ip, uint16_t port) {
   sockaddr_in a = addr(ip, port);
   return rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&a));
+}
+
+// True once thread `tid` of this process is blocked in recvfrom (x86_64
+// syscall 45): a GET_EVENT waiting on the channel socket.
+bool in_recv(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  std::string nr;
+  return f >> nr && nr == "45";
+}
+
+// A thread blocked in rdma_get_cm_event must not stop other threads'
+// commands on the same channel (the kernel's GET_EVENT does not).
+void concurrent_get_event() {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  check(ch != nullptr, "a second, blocking channel");
+  if (!ch) return;
+  std::atomic<pid_t> tid{0};
+  std::atomic<int> got{0};
+  std::thread getter([&] {
+    tid = gettid();
+    rdma_cm_event* ev = nullptr;
+    got = rdma_get_cm_event(ch, &ev) == 0 ? 1 : -1;
+  });
+  const time_t deadline = time(nullptr) + 30;
+  while (!(tid && in_recv(tid)) && time(nullptr) < deadline) usleep(1000);
+  check(tid && in_recv(tid), "the getter thread waits in GET_EVENT");
+  rdma_cm_id* id = nullptr;
+  check(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) == 0,
+        "rdma_create_id on that channel meanwhile (no lock held across GET_EVENT)");
+  if (id) check(rdma_destroy_id(id) == 0, "rdma_destroy_id meanwhile");
+  shutdown(ch->fd, SHUT_RD);  // wakes the getter: no event, an error
+  getter.join();
+  check(got == -1, "the getter returns an error once the channel is shut down");
+  rdma_destroy_event_channel(ch);
 }
 
 }  // namespace
@@ -84,6 +126,7 @@ int main(int argc, char** argv) {
 
   for (rdma_cm_id* id : {any, dup, dev, bad}) check(rdma_destroy_id(id) == 0, "rdma_destroy_id");
   rdma_destroy_event_channel(ch);
+  concurrent_get_event();
   printf("ucma_probe: %s\n", failures ? "FAILED" : "all checks passed");
   return failures ? 1 : 0;
 }
