@@ -214,13 +214,13 @@ Status ConnectionManager::establish(ConnId id, Time now, Output& out) {
   if (c->state == State::kRepRcvd) {
     send(*c, Opcode::kCmRtu, {}, out);
     c->state = State::kEstablished;
-    c->deadline = kNever;
+    set_deadline(*c, kNever);
     ++counters_.established;
     return {};
   }
   if (c->state == State::kRepSent) {  // the peer's data came before its RTU
     c->state = State::kEstablished;
-    c->deadline = kNever;
+    set_deadline(*c, kNever);
     ++counters_.established;
     emit(*c, EventType::kEstablished, 0, out, nullptr);
     return {};
@@ -442,7 +442,7 @@ void ConnectionManager::on_rep(Conn& c, const Packet& p, Time now, Output& out) 
     return;
   }
   c.state = State::kRepRcvd;
-  c.deadline = kNever;
+  set_deadline(c, kNever);
   emit(c, EventType::kConnectResponse, 0, out, &p);
 }
 
@@ -457,7 +457,7 @@ void ConnectionManager::on_rtu(Conn& c, const Packet& p, Output& out) {
     return;
   }
   c.state = State::kEstablished;
-  c.deadline = kNever;
+  set_deadline(c, kNever);
   ++counters_.established;
   emit(c, EventType::kEstablished, 0, out, &p);
 }
@@ -494,18 +494,24 @@ void ConnectionManager::on_drep(Conn& c, const Packet& p, Time now, Output& out)
 
 // ------------------------------------------------------------------ timers
 
+// Deadlines are kept ordered (timers_), so the host's loop can ask for the
+// next one every pass at no cost per connection.
 void ConnectionManager::on_timer(Time now, Output& out) {
   std::vector<ConnId> due;
-  for (const auto& [id, c] : conns_)
-    if (c.deadline <= now) due.push_back(id);
+  for (auto it = timers_.begin(); it != timers_.end() && it->first <= now; ++it)
+    due.push_back(it->second);
   for (ConnId id : due)
-    if (Conn* c = find(id)) on_timeout(*c, now, out);
+    if (Conn* c = find(id); c && c->deadline <= now) on_timeout(*c, now, out);
 }
 
 Time ConnectionManager::next_deadline() const {
-  Time t = kNever;
-  for (const auto& [id, c] : conns_) t = std::min(t, c.deadline);
-  return t;
+  return timers_.empty() ? kNever : timers_.begin()->first;
+}
+
+void ConnectionManager::set_deadline(Conn& c, Time t) {
+  if (c.deadline != kNever) timers_.erase({c.deadline, c.id});
+  c.deadline = t;
+  if (t != kNever) timers_.insert({t, c.id});
 }
 
 void ConnectionManager::on_timeout(Conn& c, Time now, Output& out) {
@@ -541,7 +547,7 @@ void ConnectionManager::on_timeout(Conn& c, Time now, Output& out) {
       release(c);
       return;
     case State::kUdAnswered: release(c); return;
-    default: c.deadline = kNever; return;
+    default: set_deadline(c, kNever); return;
   }
 }
 
@@ -588,7 +594,7 @@ void ConnectionManager::send_rej(const proto::IpAddr& to, const proto::IpAddr& f
 
 void ConnectionManager::arm(Conn& c, Time now, Time interval) {
   c.interval = interval;
-  c.deadline = now + interval;
+  set_deadline(c, now + interval);
 }
 
 void ConnectionManager::enter_timewait(Conn& c, Time now, Output& out) {
@@ -609,6 +615,7 @@ void ConnectionManager::emit(Conn& c, EventType type, int status, Output& out,
 }
 
 void ConnectionManager::release(Conn& c) {
+  set_deadline(c, kNever);
   if (!c.active && c.remote_id != 0) by_peer_.erase(PeerKey{c.peer.ip.bytes, c.remote_id});
   conns_.erase(c.id);
 }

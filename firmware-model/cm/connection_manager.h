@@ -19,6 +19,8 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -251,6 +253,7 @@ class ConnectionManager {
                 uint32_t remote, proto::RejReason reason, uint8_t message,
                 const std::vector<uint8_t>& data, Output& out);
   void arm(Conn& c, Time now, Time interval);
+  void set_deadline(Conn& c, Time t);
   void enter_timewait(Conn& c, Time now, Output& out);
   void emit(Conn& c, EventType type, int status, Output& out, const proto::Packet* from_peer);
   void release(Conn& c);
@@ -266,6 +269,7 @@ class ConnectionManager {
   std::map<ConnId, Conn> conns_;
   std::map<PeerKey, ConnId> by_peer_;  // passive: (initiator address, its comm ID)
   std::map<ListenId, Listener> listeners_;
+  std::set<std::pair<Time, ConnId>> timers_;  // every connection with a deadline
   ListenId next_listener_ = 1;
   Counters counters_;
 };

@@ -683,6 +683,29 @@ TEST_CASE("config__default_timewait_outlasts_the_peers_resends") {
   CHECK(n.b.cm.connection_count() == 0);
 }
 
+TEST_CASE("timers__a_hundred_connections_each_fire_at_their_own_deadline") {
+  Net n;
+  n.drop = [](char, const proto::Packet&) { return true; };
+  constexpr Time kMs = 1'000'000;
+  for (int i = 0; i < 100; ++i) {
+    n.now = i * kMs;
+    n.connect();
+  }
+  CHECK(n.a.cm.next_deadline() == kT);  // the first connection's first resend
+  const Time fail0 = kT * (cm::Config{}.max_retries + 1);
+  auto unreachable = [&] {
+    int k = 0;
+    for (auto& e : n.a.events) k += e.type == EventType::kUnreachable;
+    return k;
+  };
+  n.advance(fail0 + 50 * kMs);
+  CHECK(unreachable() == 51);  // connections 0..50
+  n.advance(fail0 + 99 * kMs);
+  CHECK(unreachable() == 100);
+  CHECK(n.a.cm.connection_count() == 0);
+  CHECK(n.a.cm.next_deadline() == cm::kNever);
+}
+
 TEST_CASE("state__names") {
   CHECK(std::string(ConnectionManager::to_string(ConnectionManager::State::kTimewait)) == "TIMEWAIT");
   CHECK(std::string(cm::to_string(EventType::kConnectRequest)) == "CONNECT_REQUEST");
