@@ -11,7 +11,8 @@
 //   2. If it needs a new extension header: add its struct + k...Len to
 //      packet.h, a member to Packet, an Ext value and a kExtTable row here,
 //      and its read/write functions in packet.cc (kExtCodecs).
-//   3. Add one row to kOpcodeTable below (name, kind, payload, exts).
+//   3. Add one row to kOpcodeTable below (name, kind, payload, exts, and
+//      max_payload if the payload has a bound, as CM private data does).
 //   4. docs/protocol.md: opcode list (§4), header diagram (§3), semantics.
 //   5. tools/wireshark/metaroce.lua: opcode name and any new header fields.
 //   6. A golden vector tests/vectors/<name>_ipv4|ipv6.txt and the opcode in
