@@ -11,7 +11,8 @@
 //   2. If it needs a new extension header: add its struct + k...Len to
 //      packet.h, a member to Packet, an Ext value and a kExtTable row here,
 //      and its read/write functions in packet.cc (kExtCodecs).
-//   3. Add one row to kOpcodeTable below (name, kind, payload, exts).
+//   3. Add one row to kOpcodeTable below (name, kind, payload, exts, and
+//      max_payload if the payload has a bound, as CM private data does).
 //   4. docs/protocol.md: opcode list (§4), header diagram (§3), semantics.
 //   5. tools/wireshark/metaroce.lua: opcode name and any new header fields.
 //   6. A golden vector tests/vectors/<name>_ipv4|ipv6.txt and the opcode in
@@ -32,7 +33,7 @@
 namespace metaroce::proto {
 
 // Extension headers (docs/protocol.md §3.2-§3.9).
-enum class Ext : uint8_t { kNone, kReth, kSeth, kImm, kAtomicEth, kAtomicAckEth, kAckh, kNackh, kProbeh };
+enum class Ext : uint8_t { kNone, kReth, kSeth, kImm, kAtomicEth, kAtomicAckEth, kAckh, kNackh, kProbeh, kCmh };
 
 struct ExtInfo {
   Ext ext;
@@ -40,7 +41,7 @@ struct ExtInfo {
   size_t length;
 };
 
-inline constexpr std::array<ExtInfo, 9> kExtTable = {{
+inline constexpr std::array<ExtInfo, 10> kExtTable = {{
     {Ext::kNone, "", 0},
     {Ext::kReth, "RETH", kRethLen},
     {Ext::kSeth, "SETH", kSethLen},
@@ -50,6 +51,7 @@ inline constexpr std::array<ExtInfo, 9> kExtTable = {{
     {Ext::kAckh, "ACKH", kAckhLen},
     {Ext::kNackh, "NACKH", kNackhLen},
     {Ext::kProbeh, "PROBEH", kProbehLen},
+    {Ext::kCmh, "CMH", kCmhLen},
 }};
 
 constexpr const ExtInfo& ext_info(Ext e) { return kExtTable[static_cast<size_t>(e)]; }
@@ -62,6 +64,8 @@ enum class OpKind : uint8_t {
 };
 
 inline constexpr size_t kMaxExts = 2;
+// max_payload of opcodes whose payload is bounded only by the MTU.
+inline constexpr size_t kUnboundedPayload = SIZE_MAX;
 
 struct OpcodeInfo {
   Opcode op;
@@ -69,6 +73,7 @@ struct OpcodeInfo {
   OpKind kind;
   bool payload;                      // payload bytes may follow the headers
   std::array<Ext, kMaxExts> exts;    // in wire order; Ext::kNone pads
+  size_t max_payload = kUnboundedPayload;  // more is kBadLength (CM private data, §12.4)
   size_t header_len = 0;             // MBTH + exts; filled in by make_table
 
   constexpr size_t ext_count() const {
@@ -79,7 +84,7 @@ struct OpcodeInfo {
 };
 
 namespace detail {
-constexpr std::array<OpcodeInfo, 13> make_table(std::array<OpcodeInfo, 13> t) {
+constexpr std::array<OpcodeInfo, 20> make_table(std::array<OpcodeInfo, 20> t) {
   for (auto& row : t) {
     row.header_len = kMbthLen;
     for (Ext e : row.exts) row.header_len += ext_info(e).length;
@@ -89,7 +94,7 @@ constexpr std::array<OpcodeInfo, 13> make_table(std::array<OpcodeInfo, 13> t) {
 }  // namespace detail
 
 // THE opcode table. One row per opcode; see the checklist at the top.
-inline constexpr std::array<OpcodeInfo, 13> kOpcodeTable = detail::make_table({{
+inline constexpr std::array<OpcodeInfo, 20> kOpcodeTable = detail::make_table({{
     // opcode                  name                kind               payload exts
     {Opcode::kSend,           "SEND",             OpKind::kRequest,  true,  {Ext::kSeth, Ext::kNone}},
     {Opcode::kSendImm,        "SEND_IMM",         OpKind::kRequest,  true,  {Ext::kSeth, Ext::kImm}},
@@ -104,6 +109,14 @@ inline constexpr std::array<OpcodeInfo, 13> kOpcodeTable = detail::make_table({{
     {Opcode::kNack,           "NACK",             OpKind::kControl,  false, {Ext::kNackh, Ext::kNone}},
     {Opcode::kProbe,          "PROBE",            OpKind::kControl,  false, {Ext::kProbeh, Ext::kNone}},
     {Opcode::kProbeReply,     "PROBE_REPLY",      OpKind::kControl,  false, {Ext::kProbeh, Ext::kNone}},
+    // Connection management (§12): control, private data as payload, bounded.
+    {Opcode::kCmReq,          "CM_REQ",           OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 92},
+    {Opcode::kCmMra,          "CM_MRA",           OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 222},
+    {Opcode::kCmRej,          "CM_REJ",           OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 148},
+    {Opcode::kCmRep,          "CM_REP",           OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 196},
+    {Opcode::kCmRtu,          "CM_RTU",           OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 224},
+    {Opcode::kCmDreq,         "CM_DREQ",          OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 220},
+    {Opcode::kCmDrep,         "CM_DREP",          OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 224},
 }});
 
 // The table row for a raw opcode byte, or nullptr if it is not in the table.

@@ -100,6 +100,59 @@ void write_probeh(Writer& w, const Packet& p) {
   w.u32(p.probe.echo_ts);
 }
 
+// CMH (docs/protocol.md §12.2). Reserved bits are written 0 and masked on
+// parse, like every header's.
+constexpr uint8_t kCmTimeoutMask = 0x1F;
+constexpr uint8_t kCmRetriesMask = 0x0F;
+constexpr uint8_t kCmMtuMask = 0x0F;
+constexpr uint8_t kCmRetryMask = 0x07;
+constexpr uint8_t kCmSrqBit = 0x40;
+
+void read_cmh(Reader& r, Packet& p) {
+  Cmh& c = p.cm;
+  c.local_comm_id = r.u32();
+  c.remote_comm_id = r.u32();
+  c.service_id = r.u64();
+  c.qp_type = r.u8();
+  c.qpn = r.u24();
+  c.start_psn = r.u32();
+  c.qkey = r.u32();
+  c.src_port = r.u16();
+  c.responder_resources = r.u8();
+  c.initiator_depth = r.u8();
+  c.cm_timeout = r.u8() & kCmTimeoutMask;
+  c.max_cm_retries = r.u8() & kCmRetriesMask;
+  c.path_mtu = r.u8() & kCmMtuMask;
+  const uint8_t retry = r.u8();
+  c.retry_count = retry & kCmRetryMask;
+  c.rnr_retry = (retry >> 3) & kCmRetryMask;
+  c.srq = (retry & kCmSrqBit) != 0;
+  c.reason = r.u16();
+  c.message = r.u8();
+  r.skip(1);  // reserved
+}
+void write_cmh(Writer& w, const Packet& p) {
+  const Cmh& c = p.cm;
+  w.u32(c.local_comm_id);
+  w.u32(c.remote_comm_id);
+  w.u64(c.service_id);
+  w.u8(c.qp_type);
+  w.u24(c.qpn & kQpnMask);
+  w.u32(c.start_psn);
+  w.u32(c.qkey);
+  w.u16(c.src_port);
+  w.u8(c.responder_resources);
+  w.u8(c.initiator_depth);
+  w.u8(c.cm_timeout & kCmTimeoutMask);
+  w.u8(c.max_cm_retries & kCmRetriesMask);
+  w.u8(c.path_mtu & kCmMtuMask);
+  w.u8(static_cast<uint8_t>((c.retry_count & kCmRetryMask) | (c.rnr_retry & kCmRetryMask) << 3 |
+                            (c.srq ? kCmSrqBit : 0)));
+  w.u16(c.reason);
+  w.u8(c.message);
+  w.zeros(1);
+}
+
 struct ExtCodec {
   void (*read)(Reader&, Packet&);
   void (*write)(Writer&, const Packet&);
@@ -115,6 +168,7 @@ constexpr std::array<ExtCodec, kExtTable.size()> kExtCodecs = {{
     {read_ackh, write_ackh},
     {read_nackh, write_nackh},
     {read_probeh, write_probeh},
+    {read_cmh, write_cmh},
 }};
 
 // ---- MBTH ----
@@ -182,6 +236,8 @@ Parsed<Packet> parse_transport_at(std::span<const uint8_t> have, size_t claimed,
     return error(ParseErrorCode::kBadIcrc, base + icrc_at, "ICRC");
   if (!info->payload && icrc_at != hdr)
     return error(ParseErrorCode::kBadLength, base + hdr, "payload");
+  if (icrc_at - hdr > info->max_payload)
+    return error(ParseErrorCode::kBadLength, base + hdr + info->max_payload, "payload");
   p.payload = view.subspan(hdr, icrc_at - hdr);
   return p;
 }
@@ -336,6 +392,7 @@ size_t transport_length(const Packet& p) {
 size_t build_transport(const Packet& p, std::span<uint8_t> out) {
   const OpcodeInfo* info = find_opcode(p.mbth.opcode);
   if (info == nullptr || (!info->payload && !p.payload.empty())) return 0;
+  if (p.payload.size() > info->max_payload) return 0;
   Writer w(out);
   write_mbth(w, p.mbth);
   for (size_t i = 0; i < info->ext_count(); ++i)
@@ -480,6 +537,20 @@ void appendf(std::string& s, const char* fmt, auto... args) {
   s += buf;
 }
 
+void describe_cmh(std::string& s, const Cmh& c) {
+  appendf(s, " cm.local_comm_id=0x%08" PRIx32 " cm.remote_comm_id=0x%08" PRIx32
+             " cm.service_id=0x%016" PRIx64, c.local_comm_id, c.remote_comm_id, c.service_id);
+  appendf(s, " cm.qp_type=%u cm.qpn=0x%06" PRIx32 " cm.start_psn=%" PRIu32 " cm.qkey=0x%08" PRIx32,
+          unsigned{c.qp_type}, c.qpn, c.start_psn, c.qkey);
+  appendf(s, " cm.src_port=%u cm.responder_resources=%u cm.initiator_depth=%u",
+          unsigned{c.src_port}, unsigned{c.responder_resources}, unsigned{c.initiator_depth});
+  appendf(s, " cm.cm_timeout=%u cm.max_cm_retries=%u cm.path_mtu=%u cm.retry_count=%u",
+          unsigned{c.cm_timeout}, unsigned{c.max_cm_retries}, unsigned{c.path_mtu},
+          unsigned{c.retry_count});
+  appendf(s, " cm.rnr_retry=%u cm.srq=%u cm.reason=%u cm.message=%u", unsigned{c.rnr_retry},
+          unsigned{c.srq}, unsigned{c.reason}, unsigned{c.message});
+}
+
 void describe_ext(std::string& s, Ext e, const Packet& p) {
   switch (e) {
     case Ext::kNone: break;
@@ -511,6 +582,7 @@ void describe_ext(std::string& s, Ext e, const Packet& p) {
       appendf(s, " probe.nonce=0x%08" PRIx32 " probe.echo_ts=%" PRIu32, p.probe.nonce,
               p.probe.echo_ts);
       break;
+    case Ext::kCmh: describe_cmh(s, p.cm); break;
   }
 }
 }  // namespace
@@ -532,7 +604,7 @@ std::string to_string(const Packet& p) {
 bool operator==(const Packet& a, const Packet& b) {
   return a.mbth == b.mbth && a.reth == b.reth && a.seth == b.seth && a.imm == b.imm &&
          a.atomic == b.atomic && a.atomic_ack == b.atomic_ack && a.ack == b.ack &&
-         a.nack == b.nack && a.probe == b.probe &&
+         a.nack == b.nack && a.probe == b.probe && a.cm == b.cm &&
          std::equal(a.payload.begin(), a.payload.end(), b.payload.begin(), b.payload.end());
 }
 

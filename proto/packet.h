@@ -43,6 +43,14 @@ enum class Opcode : uint8_t {
   kNack = 0x11,
   kProbe = 0x12,
   kProbeReply = 0x13,
+  // Connection management (docs/protocol.md §12; proto/cm.h).
+  kCmReq = 0x18,
+  kCmMra = 0x19,
+  kCmRej = 0x1A,
+  kCmRep = 0x1B,
+  kCmRtu = 0x1C,
+  kCmDreq = 0x1D,
+  kCmDrep = 0x1E,
 };
 
 // MBTH flags (docs/protocol.md §3.1).
@@ -150,6 +158,33 @@ struct Probeh {
 };
 inline constexpr size_t kProbehLen = 8;
 
+// docs/protocol.md §12.2: Connection Management Header, on every CM_*
+// opcode. One layout for all seven messages; which fields a message uses is
+// §12.3's table, and proto/cm.h checks them (check_cm). The private data is
+// the packet's payload.
+struct Cmh {
+  uint32_t local_comm_id = 0;   // the sender's connection id (random, nonzero)
+  uint32_t remote_comm_id = 0;  // the receiver's connection id (0 in REQ)
+  uint64_t service_id = 0;      // port space << 16 | port (IBA Annex A11)
+  uint8_t qp_type = 0;          // verbs IBV_QPT_RC (2) or IBV_QPT_UD (4)
+  uint32_t qpn = 0;             // 24 bits: the sender's QP
+  uint32_t start_psn = 0;       // first PSN the sender's QP will send
+  uint32_t qkey = 0;            // UD: the sender's Q_Key
+  uint16_t src_port = 0;        // REQ: the initiator's rdma_cm port
+  uint8_t responder_resources = 0;
+  uint8_t initiator_depth = 0;
+  uint8_t cm_timeout = 0;       // 5 bits, 4.096 us * 2^x: REQ response / MRA service timeout
+  uint8_t max_cm_retries = 0;   // 4 bits
+  uint8_t path_mtu = 0;         // 4 bits, verbs enum ibv_mtu (1 = 256 .. 5 = 4096)
+  uint8_t retry_count = 0;      // 3 bits
+  uint8_t rnr_retry = 0;        // 3 bits
+  bool srq = false;
+  uint16_t reason = 0;          // REJ: reject reason (IB CM values, proto/cm.h)
+  uint8_t message = 0;          // REJ, MRA: which message is rejected / delayed
+  bool operator==(const Cmh&) const = default;
+};
+inline constexpr size_t kCmhLen = 40;
+
 // A parsed or to-be-built transport packet. Which members are meaningful is
 // decided by the opcode table (proto/opcode.h); the others stay defaulted.
 struct Packet {
@@ -162,6 +197,7 @@ struct Packet {
   Ackh ack;
   Nackh nack;
   Probeh probe;
+  Cmh cm;
   std::span<const uint8_t> payload;  // borrowed from the parsed buffer
 };
 

@@ -52,7 +52,15 @@ TEST_CASE("opcode_table__payload_and_kind") {
   for (const auto& row : kOpcodeTable)
     if (row.payload) with_payload.insert(row.name);
   CHECK(with_payload ==
-        std::set<std::string>{"SEND", "SEND_IMM", "RDMA_WRITE", "RDMA_WRITE_IMM", "RDMA_READ_RESP"});
+        std::set<std::string>{"SEND", "SEND_IMM", "RDMA_WRITE", "RDMA_WRITE_IMM", "RDMA_READ_RESP",
+                              "CM_REQ", "CM_MRA", "CM_REJ", "CM_REP", "CM_RTU", "CM_DREQ",
+                              "CM_DREP"});
+  // Only CM private data is bounded by the table (§12.4: IB CM's limits).
+  for (const auto& row : kOpcodeTable)
+    CHECK((row.max_payload != kUnboundedPayload) == (row.ext_count() == 1 && row.exts[0] == Ext::kCmh));
+  CHECK(find_opcode(Opcode::kCmReq)->max_payload == 92);
+  CHECK(find_opcode(Opcode::kCmRep)->max_payload == 196);
+  CHECK(find_opcode(Opcode::kCmRej)->max_payload == 148);
   CHECK(find_opcode(Opcode::kReadReq)->kind == OpKind::kRequest);
   CHECK(find_opcode(Opcode::kReadResp)->kind == OpKind::kResponse);
   CHECK(find_opcode(Opcode::kAtomicResp)->kind == OpKind::kResponse);

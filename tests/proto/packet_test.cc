@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +16,30 @@ using namespace metaroce::proto;
 namespace {
 
 using Bytes = std::vector<uint8_t>;
+
+// Every CMH field random within its width (reserved bits 0).
+Cmh random_cmh(std::mt19937_64& rng) {
+  Cmh c;
+  c.local_comm_id = static_cast<uint32_t>(rng());
+  c.remote_comm_id = static_cast<uint32_t>(rng());
+  c.service_id = rng();
+  c.qp_type = static_cast<uint8_t>(rng());
+  c.qpn = static_cast<uint32_t>(rng() & 0xFFFFFF);
+  c.start_psn = static_cast<uint32_t>(rng());
+  c.qkey = static_cast<uint32_t>(rng());
+  c.src_port = static_cast<uint16_t>(rng());
+  c.responder_resources = static_cast<uint8_t>(rng());
+  c.initiator_depth = static_cast<uint8_t>(rng());
+  c.cm_timeout = rng() & 0x1F;
+  c.max_cm_retries = rng() & 0x0F;
+  c.path_mtu = rng() & 0x0F;
+  c.retry_count = rng() & 7;
+  c.rnr_retry = rng() & 7;
+  c.srq = rng() & 1;
+  c.reason = static_cast<uint16_t>(rng());
+  c.message = static_cast<uint8_t>(rng());
+  return c;
+}
 
 // A packet with every field of its opcode's headers randomized (reserved
 // bits left 0, because the parser reports them as 0).
@@ -47,12 +72,13 @@ Packet random_packet(Opcode op, std::mt19937_64& rng, Bytes& payload_store) {
                   static_cast<uint32_t>(rng())};
         break;
       case Ext::kProbeh: p.probe = {static_cast<uint32_t>(rng()), static_cast<uint32_t>(rng())}; break;
+      case Ext::kCmh: p.cm = random_cmh(rng); break;
       case Ext::kNone: break;
     }
   }
   payload_store.clear();
   if (info->payload) {
-    payload_store.resize(rng() % 5 == 0 ? 0 : rng() % 1500);
+    payload_store.resize(rng() % 5 == 0 ? 0 : rng() % (std::min<size_t>(1499, info->max_payload) + 1));
     for (auto& b : payload_store) b = static_cast<uint8_t>(rng());
   }
   p.payload = payload_store;

@@ -36,7 +36,18 @@ OPCODES = {
     "NACK": (0x11, ["NACKH"], False),
     "PROBE": (0x12, ["PROBEH"], False),
     "PROBE_REPLY": (0x13, ["PROBEH"], False),
+    # connection management (docs/protocol.md section 12)
+    "CM_REQ": (0x18, ["CMH"], True),
+    "CM_MRA": (0x19, ["CMH"], True),
+    "CM_REJ": (0x1A, ["CMH"], True),
+    "CM_REP": (0x1B, ["CMH"], True),
+    "CM_RTU": (0x1C, ["CMH"], True),
+    "CM_DREQ": (0x1D, ["CMH"], True),
+    "CM_DREP": (0x1E, ["CMH"], True),
 }
+# CM private data limits (section 12.4)
+CM_MAX_PRIVATE = {"CM_REQ": 92, "CM_MRA": 222, "CM_REJ": 148, "CM_REP": 196, "CM_RTU": 224,
+                  "CM_DREQ": 220, "CM_DREP": 224}
 NACK_REASONS = {"RNR": 1, "REMOTE_ACCESS_ERROR": 2, "INVALID_REQUEST": 3,
                 "REMOTE_OPERATION_ERROR": 4, "SEQUENCE_ERROR": 5, "TRIMMED": 6}
 
@@ -54,6 +65,25 @@ EXT_LAYOUT = {
     "NACKH": [("nack.reason", "B"), ("nack.rnr_timer", "B"), (None, "2x"), ("nack.psn", "I")],
     "PROBEH": [("probe.nonce", "I"), ("probe.echo_ts", "I")],
 }
+
+
+def cmh(f):
+    """CMH, section 12.2: 40 bytes; the 24-bit QPN and the packed retry byte
+    do not fit EXT_LAYOUT's one-field-per-format rows."""
+    c = lambda k: num(f, "cm." + k)
+    out = struct.pack("!IIQB", c("local_comm_id"), c("remote_comm_id"), c("service_id"),
+                      c("qp_type"))
+    out += c("qpn").to_bytes(3, "big")
+    retry = c("retry_count") & 7 | (c("rnr_retry") & 7) << 3 | (0x40 if c("srq") else 0)
+    out += struct.pack("!IIHBBBBBBHBx", c("start_psn"), c("qkey"), c("src_port"),
+                       c("responder_resources"), c("initiator_depth"), c("cm_timeout") & 0x1F,
+                       c("max_cm_retries") & 0xF, c("path_mtu") & 0xF, retry, c("reason"),
+                       c("message"))
+    assert len(out) == 40
+    return out
+
+
+EXT_ENCODERS = {"CMH": cmh}
 
 
 def crc32c(data):
@@ -110,10 +140,14 @@ def transport(f):
     out += struct.pack("!IIII", num(f, "mbth.psn"), num(f, "mbth.msn"), num(f, "mbth.offset"),
                        num(f, "mbth.timestamp"))
     for ext in exts:
+        if ext in EXT_ENCODERS:
+            out += EXT_ENCODERS[ext](f)
+            continue
         for key, fmt in EXT_LAYOUT[ext]:
             out += struct.pack("!" + fmt) if key is None else struct.pack("!" + fmt, num(f, key))
     payload = bytes.fromhex(f.get("payload", ""))
     assert payload_ok or not payload, "payload on " + f["mbth.opcode"]
+    assert len(payload) <= CM_MAX_PRIVATE.get(f["mbth.opcode"], len(payload)), "private data too long"
     out += payload
     return out + struct.pack("!I", crc32c(out))
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/cm.h"
 #include "proto/opcode.h"
 #include "proto/packet.h"
 #include "tests/proto/vector_file.h"
@@ -83,6 +84,29 @@ std::string fmt(const char* f, auto... args) {
   return buf;
 }
 
+// The CMH lines (docs/protocol.md §12.2).
+void cmh_lines(const Cmh& c, std::vector<std::string>& want) {
+  want.push_back(fmt("Local Comm ID: 0x%08" PRIx32, c.local_comm_id));
+  want.push_back(fmt("Remote Comm ID: 0x%08" PRIx32, c.remote_comm_id));
+  want.push_back(fmt("Service ID: 0x%016" PRIx64, c.service_id));
+  want.push_back(fmt("Port: %u", unsigned{service_port(c.service_id)}));
+  want.push_back(fmt("QPN: 0x%06" PRIx32, c.qpn));
+  want.push_back(fmt("Starting PSN: %" PRIu32, c.start_psn));
+  want.push_back(fmt("Q_Key: 0x%08" PRIx32, c.qkey));
+  want.push_back(fmt("Source port: %u", unsigned{c.src_port}));
+  want.push_back(fmt("Responder resources: %u", unsigned{c.responder_resources}));
+  want.push_back(fmt("Initiator depth: %u", unsigned{c.initiator_depth}));
+  want.push_back(fmt("CM timeout: %u", unsigned{c.cm_timeout}));
+  want.push_back(fmt("Max CM retries: %u", unsigned{c.max_cm_retries}));
+  want.push_back(fmt("Path MTU: %u", unsigned{c.path_mtu}));
+  want.push_back(fmt("Retry count: %u", unsigned{c.retry_count}));
+  want.push_back(fmt("RNR retry count: %u", unsigned{c.rnr_retry}));
+  want.push_back(fmt("SRQ: %s", c.srq ? "True" : "False"));
+  const char* reason = to_string(static_cast<RejReason>(c.reason));
+  want.push_back(fmt("Reject reason: %s (%u)", std::string(reason) == "UNKNOWN" ? "Unknown" : reason,
+                     unsigned{c.reason}));
+}
+
 // The lines the dissector must print for this packet.
 std::vector<std::string> expected_lines(const Packet& p, uint32_t icrc) {
   const Mbth& m = p.mbth;
@@ -140,6 +164,7 @@ std::vector<std::string> expected_lines(const Packet& p, uint32_t icrc) {
         want.push_back(fmt("Nonce: 0x%08" PRIx32, p.probe.nonce));
         want.push_back(fmt("Echoed timestamp: %" PRIu32, p.probe.echo_ts));
         break;
+      case Ext::kCmh: cmh_lines(p.cm, want); break;
       case Ext::kNone: break;
     }
   }

@@ -30,7 +30,18 @@ local OPCODES = {
   [0x11] = { "NACK", { "NACKH" }, false },
   [0x12] = { "PROBE", { "PROBEH" }, false },
   [0x13] = { "PROBE_REPLY", { "PROBEH" }, false },
+  -- connection management (docs/protocol.md §12): private data as payload
+  [0x18] = { "CM_REQ", { "CMH" }, true },
+  [0x19] = { "CM_MRA", { "CMH" }, true },
+  [0x1A] = { "CM_REJ", { "CMH" }, true },
+  [0x1B] = { "CM_REP", { "CMH" }, true },
+  [0x1C] = { "CM_RTU", { "CMH" }, true },
+  [0x1D] = { "CM_DREQ", { "CMH" }, true },
+  [0x1E] = { "CM_DREP", { "CMH" }, true },
 }
+-- CM private data limits (§12.4); more is malformed.
+local CM_MAX_PRIVATE = { [0x18] = 92, [0x19] = 222, [0x1A] = 148, [0x1B] = 196, [0x1C] = 224,
+                         [0x1D] = 220, [0x1E] = 224 }
 local opcode_names = {}
 for v, row in pairs(OPCODES) do opcode_names[v] = row[1] end
 
@@ -38,6 +49,16 @@ local nack_reasons = {
   [1] = "RNR", [2] = "REMOTE_ACCESS_ERROR", [3] = "INVALID_REQUEST",
   [4] = "REMOTE_OPERATION_ERROR", [5] = "SEQUENCE_ERROR", [6] = "TRIMMED",
 }
+
+-- IB CM reject reasons (proto/cm.h RejReason), CMH message values, QP types.
+local rej_reasons = {
+  [1] = "NO_QP", [3] = "NO_RESOURCES", [4] = "TIMEOUT", [6] = "INVALID_COMM_ID",
+  [8] = "INVALID_SERVICE_ID", [9] = "INVALID_TRANSPORT_TYPE", [10] = "STALE_CONN",
+  [26] = "INVALID_MTU", [28] = "CONSUMER_DEFINED",
+}
+local cm_messages = { [0] = "REQ", [1] = "REP", [2] = "OTHER" }
+local qp_types = { [2] = "RC", [4] = "UD" }
+local port_spaces = { [0x0002] = "IPOIB", [0x0106] = "TCP", [0x0111] = "UDP", [0x013F] = "IB" }
 
 local f = {
   -- MBTH (§3.1)
@@ -89,6 +110,28 @@ local f = {
   -- PROBEH (§3.9)
   probe_nonce = ProtoField.uint32("metaroce.probeh.nonce", "Nonce", base.HEX),
   probe_echo_ts = ProtoField.uint32("metaroce.probeh.echo_ts", "Echoed timestamp", base.DEC),
+  -- CMH (§12.2)
+  cm_local = ProtoField.uint32("metaroce.cmh.local_comm_id", "Local Comm ID", base.HEX),
+  cm_remote = ProtoField.uint32("metaroce.cmh.remote_comm_id", "Remote Comm ID", base.HEX),
+  cm_sid = ProtoField.uint64("metaroce.cmh.service_id", "Service ID", base.HEX),
+  cm_ps = ProtoField.uint16("metaroce.cmh.port_space", "Port space", base.HEX, port_spaces),
+  cm_port = ProtoField.uint16("metaroce.cmh.port", "Port", base.DEC),
+  cm_qp_type = ProtoField.uint8("metaroce.cmh.qp_type", "QP type", base.DEC, qp_types),
+  cm_qpn = ProtoField.uint24("metaroce.cmh.qpn", "QPN", base.HEX),
+  cm_psn = ProtoField.uint32("metaroce.cmh.start_psn", "Starting PSN", base.DEC),
+  cm_qkey = ProtoField.uint32("metaroce.cmh.qkey", "Q_Key", base.HEX),
+  cm_src_port = ProtoField.uint16("metaroce.cmh.src_port", "Source port", base.DEC),
+  cm_resp_res = ProtoField.uint8("metaroce.cmh.responder_resources", "Responder resources", base.DEC),
+  cm_init_depth = ProtoField.uint8("metaroce.cmh.initiator_depth", "Initiator depth", base.DEC),
+  cm_timeout = ProtoField.uint8("metaroce.cmh.cm_timeout", "CM timeout", base.DEC, nil, 0x1F),
+  cm_retries = ProtoField.uint8("metaroce.cmh.max_cm_retries", "Max CM retries", base.DEC, nil, 0x0F),
+  cm_mtu = ProtoField.uint8("metaroce.cmh.path_mtu", "Path MTU", base.DEC, nil, 0x0F),
+  cm_retry = ProtoField.uint8("metaroce.cmh.retry_count", "Retry count", base.DEC, nil, 0x07),
+  cm_rnr = ProtoField.uint8("metaroce.cmh.rnr_retry", "RNR retry count", base.DEC, nil, 0x38),
+  cm_srq = ProtoField.bool("metaroce.cmh.srq", "SRQ", 8, nil, 0x40),
+  cm_reason = ProtoField.uint16("metaroce.cmh.reason", "Reject reason", base.DEC, rej_reasons),
+  cm_message = ProtoField.uint8("metaroce.cmh.message", "Message", base.DEC, cm_messages),
+  cm_rsvd = ProtoField.uint8("metaroce.cmh.reserved", "Reserved", base.HEX),
   -- payload, ICRC (§5)
   payload = ProtoField.bytes("metaroce.payload", "Payload"),
   icrc = ProtoField.uint32("metaroce.icrc", "ICRC", base.HEX),
@@ -161,6 +204,17 @@ local EXTS = {
   PROBEH = { 8, "Probe Header", function(t, r)
     t:add(f.probe_nonce, r(0, 4)); t:add(f.probe_echo_ts, r(4, 4))
   end },
+  CMH = { 40, "Connection Management Header", function(t, r)
+    t:add(f.cm_local, r(0, 4)); t:add(f.cm_remote, r(4, 4))
+    local sid = t:add(f.cm_sid, r(8, 8))
+    sid:add(f.cm_ps, r(12, 2)); sid:add(f.cm_port, r(14, 2))
+    t:add(f.cm_qp_type, r(16, 1)); t:add(f.cm_qpn, r(17, 3))
+    t:add(f.cm_psn, r(20, 4)); t:add(f.cm_qkey, r(24, 4))
+    t:add(f.cm_src_port, r(28, 2)); t:add(f.cm_resp_res, r(30, 1)); t:add(f.cm_init_depth, r(31, 1))
+    t:add(f.cm_timeout, r(32, 1)); t:add(f.cm_retries, r(33, 1)); t:add(f.cm_mtu, r(34, 1))
+    t:add(f.cm_retry, r(35, 1)); t:add(f.cm_rnr, r(35, 1)); t:add(f.cm_srq, r(35, 1))
+    t:add(f.cm_reason, r(36, 2)); t:add(f.cm_message, r(38, 1)); t:add(f.cm_rsvd, r(39, 1))
+  end },
 }
 
 function p.dissector(tvb, pinfo, tree)
@@ -206,6 +260,15 @@ function p.dissector(tvb, pinfo, tree)
     local base = at
     e[3](t, function(o, n) return tvb(base + o, n) end)
     if ext == "ACKH" then info = info .. string.format(" cum=%u", tvb(at, 4):uint()) end
+    if ext == "CMH" then
+      info = string.format("%s comm=0x%08x->0x%08x", name, tvb(at, 4):uint(), tvb(at + 4, 4):uint())
+      if op == 0x18 then
+        info = info .. string.format(" port=%u", tvb(at + 14, 2):uint())
+      elseif op == 0x1A then
+        local reason = tvb(at + 36, 2):uint()
+        info = info .. " " .. (rej_reasons[reason] or string.format("reason %u", reason))
+      end
+    end
     if ext == "NACKH" then
       info = info .. " " .. nack_reason_name(tvb(at, 1):uint()) .. string.format(" psn=%u", tvb(at + 4, 4):uint())
     end
@@ -216,6 +279,9 @@ function p.dissector(tvb, pinfo, tree)
   if plen > 0 then
     root:add(f.payload, tvb(at, plen))
     if not row[3] then root:add_proto_expert_info(ef_malformed, "payload not allowed for " .. name) end
+    if CM_MAX_PRIVATE[op] and plen > CM_MAX_PRIVATE[op] then
+      root:add_proto_expert_info(ef_malformed, string.format("private data over %u bytes", CM_MAX_PRIVATE[op]))
+    end
     info = info .. string.format(" len=%d", plen)
   end
   if len >= at + ICRC_LEN then
