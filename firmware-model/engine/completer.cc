@@ -87,6 +87,7 @@ void on_progress(Core& c, Qp& qp) {
   qp.retries = 0;
   qp.progress_at = c.now();
   qp.backoff = 0;
+  qp.tlp_out = false;
   requester::arm_rto(c, qp, true);
   requester::arm_tlp(c, qp);
   c.activate(qp);

@@ -172,6 +172,7 @@ void Core::qp_to_error(Qp& qp) {
   qp.reads.clear();
   qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
   qp.tlp_deadline = qp.read_deadline = kNever;
+  qp.tlp_out = false;
   qp.pending_acks = 0;
 }
 
@@ -289,6 +290,7 @@ struct Engine::Impl {
     qp.credit = qp.retries = qp.backoff = 0;
     qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
     qp.tlp_deadline = qp.read_deadline = kNever;
+    qp.tlp_out = false;
     qp.req_error = false;
     qp.reads.clear();
     qp.resp_rd_msn = 0;

@@ -170,6 +170,11 @@ struct Qp {
   Time rto_deadline = kNever;
   Time rack_deadline = kNever;
   Time tlp_deadline = kNever;  // tail loss probe (one per flight)
+  // A probe (or an RTO retransmission) is out and nothing was delivered
+  // since: no further probe until progress (RFC 8985 §7.3, one TLP per
+  // flight). Re-arming after every probe sent one per PTO to a stalled
+  // peer, thousands a second (docs/engine.md §Timers).
+  bool tlp_out = false;
   Time read_deadline = kNever;  // earliest SendWqe::read_check
   Time pace_deadline = kNever;
   Time read_pace_at = 0;  // responder: when the next READ response may leave

@@ -268,7 +268,7 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
 }
 
 void arm_tlp(Core& c, Qp& qp) {
-  if (qp.sb.pkts_in_flight() == 0 || qp.state == QpState::kErr) {
+  if (qp.sb.pkts_in_flight() == 0 || qp.state == QpState::kErr || qp.tlp_out) {
     qp.tlp_deadline = kNever;
     return;
   }
@@ -280,6 +280,7 @@ void on_tlp(Core& c, Qp& qp) {
   qp.tlp_deadline = kNever;
   if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return;
   if (qp.sb.lost_count() == 0 && qp.sb.probe_tail()) {
+    qp.tlp_out = true;
     c.bump(&qp, &Counters::tail_loss_probes);
     c.activate(qp);
   }
@@ -385,6 +386,8 @@ void on_rto(Core& c, Qp& qp) {
     return;
   }
   qp.cc->on_timeout(c.now());
+  qp.tlp_out = true;  // the RTO retransmission is the probe until progress
+  qp.tlp_deadline = kNever;
   qp.sb.mark_all_lost();
   // Responses lost after their request was delivered.
   for (uint32_t seq = qp.sq_head; seq != qp.sq_next; ++seq) {
