@@ -252,6 +252,7 @@ void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
     return;
   }
   if (len) c.placed_response(qp, seq);
+  if (end > w->chunks_hw) w->chunks_hw = end;
   mark_chunks(*w, first, end);
   qp.sb.on_delivered(p.mbth.psn, c.now(), qp.rtt);  // the request evidently arrived
   if (w->chunks_got == w->chunks_total) {

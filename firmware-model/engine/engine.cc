@@ -170,6 +170,7 @@ void Core::qp_to_error(Qp& qp) {
   qp.rd_outstanding = 0;
   qp.rd_bytes = 0;
   qp.reads.clear();
+  responder::drop_held(qp);
   qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
   qp.tlp_deadline = qp.read_deadline = kNever;
   qp.tlp_out = false;
@@ -293,6 +294,7 @@ struct Engine::Impl {
     qp.tlp_out = false;
     qp.req_error = false;
     qp.reads.clear();
+    responder::drop_held(qp);
     qp.resp_rd_msn = 0;
     qp.atomics = {};
     qp.pending_acks = 0;

@@ -4,6 +4,7 @@
 // end to end through the hop (tests/impair, issue 15), deterministically.
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "firmware-model/engine/reliability.h"
@@ -176,9 +177,163 @@ TEST_CASE("recovery__verify_traffic_at_1pct_loss") {
   }
 }
 
-}  // namespace metaroce::fw::test
+// perftest-like: `n` messages of `len` bytes of op, `depth` outstanding.
+struct Stream {
+  bool ok = false;
+  Time took = 0;
+};
+Stream stream(Bench& t, WrOpcode op, uint32_t len, uint32_t n, uint32_t depth) {
+  uint32_t posted = 0, done = 0;
+  bool bad = false, ok = true;
+  Time t0 = t.clock.t;
+  while (ok && !bad && done < n) {
+    for (; posted < n && posted - done < depth; ++posted)
+      REQUIRE(t.a.post_send(remote(t.a, t.b, op, posted, (posted % depth) * len + (8 << 20),
+                                   len, (posted % depth) * len)) == 0);
+    uint32_t before = done;
+    ok = t.run([&] {
+      for (auto& c : t.a.send_cq()) {
+        if (c.status != WcStatus::kSuccess) MESSAGE("wc " << c.wr_id << " " << status_name(c.status));
+        bad |= c.status != WcStatus::kSuccess, ++done;
+      }
+      return bad || done > before;
+    }, 30'000'000'000ull);
+  }
+  if (!ok || bad) dump(t);
+  return {ok && !bad, t.clock.t - t0};
+}
 
-namespace metaroce::fw::test {
+// ib_read_bw through the hop's --reorder 25%:100us --delay 100us: READ_REQs
+// overtaking each other reached the responder ahead of the cumulative
+// point and were dropped unmarked (they must run in PSN order); nothing
+// later was ever delivered to reveal them, so each cost an RTO, and the
+// run ended in RETRY_EXC_ERR. Received but held, and run in order, none is
+// resent and the run needs no timeout.
+TEST_CASE("recovery__reads_through_reordering_without_timeouts") {
+  EngineConfig cfg;
+  cfg.base_rtt = 200'000;
+  Bench t(7, cfg);
+  t.path_delay = {100'000, 100'000, 100'000, 100'000};
+  t.reorder = 0.25;
+  t.connect_pair(16 << 20, 14, 7, 7, 1024);
+  for (uint32_t i = 0; i < 16; ++i) fill(t.b, i * 65536, 65536, uint8_t(i));
+  uint64_t late_reissues = 0;  // hole re-issues once the first 16 READs are done
+  t.filter = [&](const std::string& what, bool from_a) {
+    unsigned msn = 0;
+    if (from_a && what.find("RETX") != std::string::npos &&
+        std::sscanf(what.c_str(), "%*s psn %*u msn %u", &msn) == 1 && msn >= 16)
+      ++late_reissues;
+    return true;
+  };
+  Stream s = stream(t, WrOpcode::kRdmaRead, 65536, 300, 16);
+  REQUIRE(s.ok);
+  CHECK(same(t.a, 8 << 20, t.b, 0, 16 * 65536));
+  const Counters& ca = t.a.engine->counters();
+  const Counters& cb = t.b.engine->counters();
+  CHECK(t.held > 0);                  // frames were reordered
+  CHECK(cb.rx_held_unordered > 0);    // READ_REQs among them overtook others
+  CHECK(cb.rx_drop_unordered == 0);
+  CHECK(ca.timeouts == 0);
+  // Responses reordered by 100 us are not taken for lost ones once that
+  // lateness was measured (the first READs' hole checks fire before).
+  INFO("retransmits " << ca.tx_retransmits);
+  CHECK(late_reissues == 0);
+}
+
+// Atomics overtaking each other run in PSN order: each FETCH_ADD returns
+// the sum of those posted before it.
+TEST_CASE("recovery__atomics_through_reordering_in_order") {
+  Bench t(9);
+  t.path_delay = {10'000, 30'000, 50'000, 70'000};
+  t.reorder = 0.25;
+  t.reorder_gap = 40'000;
+  t.connect_pair(1 << 16, 14, 7, 7, 1024);
+  constexpr int kN = 200;
+  int posted = 0;
+  std::vector<Completion> sc;
+  while (sc.size() < size_t{kN}) {
+    for (; posted < kN && posted - int(sc.size()) < 16; ++posted) {
+      SendWr w = remote(t.a, t.b, WrOpcode::kAtomicFetchAdd, posted, 1024 + 8 * posted, 8, 0);
+      w.compare_add = 1;
+      REQUIRE(t.a.post_send(w) == 0);
+    }
+    size_t before = sc.size();
+    REQUIRE(t.run([&] {
+      for (auto& c : t.a.send_cq()) sc.push_back(c);
+      return sc.size() > before;
+    }));
+  }
+  for (int i = 0; i < kN; ++i) {
+    CHECK(std::string(status_name(sc[i].status)) == "SUCCESS");
+    uint64_t got = 0;
+    std::memcpy(&got, t.a.mem.data() + 1024 + 8 * i, 8);
+    CHECK(got == uint64_t(i));
+  }
+  CHECK(t.b.engine->counters().rx_held_unordered > 0);
+  CHECK(t.a.engine->counters().timeouts == 0);
+}
+
+// A long READ whose responses are merely late: the path stalls for 3 ms
+// (a descheduled hop) while the responder is still serializing it. The RTO
+// fires; it may ask again for what is overdue, not for the megabytes the
+// responder has not sent yet (served twice, they arrived after the READ had
+// completed: rx_drop_unexpected).
+TEST_CASE("recovery__long_read_through_a_stall_is_not_served_twice") {
+  EngineConfig cfg;
+  cfg.base_rtt = 200'000;
+  Bench t(11, cfg);
+  t.path_delay = {100'000, 100'000, 100'000, 100'000};
+  t.link_bps = 2'000'000'000;
+  t.stall_from = t.clock.t + 30'000'000;  // ~ halfway through the 67 ms READ
+  t.stall_until = t.stall_from + 3'000'000;
+  const uint32_t kLen = 16 << 20;
+  t.connect_pair(size_t{kLen} * 2, 14, 7, 7, 1024);
+  fill(t.b, 0, kLen, 7);
+  REQUIRE(t.a.post_send(remote(t.a, t.b, WrOpcode::kRdmaRead, 1, kLen, kLen, 0)) == 0);
+  std::vector<Completion> sc;
+  REQUIRE(t.run([&] {
+    for (auto& c : t.a.send_cq()) sc.push_back(c);
+    return !sc.empty();
+  }));
+  CHECK(std::string(status_name(sc[0].status)) == "SUCCESS");
+  CHECK(same(t.a, kLen, t.b, 0, kLen));
+  t.run_idle(1'000'000'000);  // whatever was asked twice has arrived by now
+  const Counters& ca = t.a.engine->counters();
+  INFO("timeouts " << ca.timeouts << " unexpected " << ca.rx_drop_unexpected << " duplicate "
+                   << ca.rx_drop_duplicate);
+  CHECK(ca.timeouts >= 1);  // the stall was long enough to fire the RTO
+  CHECK(ca.rx_drop_unexpected + ca.rx_drop_duplicate <= 64);
+}
+
+// The last responses of a READ, LAST among them, are lost: no hole check
+// can fire, the RTO asks for what is past the highest chunk received, a
+// slice that doubles with each RTO, until the READ completes.
+TEST_CASE("recovery__read_with_lost_tail_completes_after_few_timeouts") {
+  Bench t(13);
+  t.connect_pair(1 << 20, 14, 7, 7, 1024);
+  fill(t.b, 0, 256 << 10, 9);
+  bool first = true;
+  t.filter = [&](const std::string& what, bool from_a) {
+    unsigned off = 0;
+    if (first && !from_a && std::sscanf(what.c_str(), "RDMA_READ_RESP psn %*u msn %*u off %u", &off) == 1 &&
+        off >= (192u << 10)) {
+      first = off + 1024 < (256u << 10);
+      return false;
+    }
+    return true;
+  };
+  REQUIRE(t.a.post_send(remote(t.a, t.b, WrOpcode::kRdmaRead, 1, 512 << 10, 256 << 10, 0)) == 0);
+  std::vector<Completion> sc;
+  REQUIRE(t.run([&] {
+    for (auto& c : t.a.send_cq()) sc.push_back(c);
+    return !sc.empty();
+  }));
+  CHECK(std::string(status_name(sc[0].status)) == "SUCCESS");
+  CHECK(same(t.a, 512 << 10, t.b, 0, 256 << 10));
+  CHECK(t.dropped == 64);
+  INFO("timeouts " << t.a.engine->counters().timeouts);
+  CHECK(t.a.engine->counters().timeouts <= 3);
+}
 
 // A peer that stops answering (its host stalled, its link died): the
 // requester probes the tail once, then retransmits once per RTO with the

@@ -186,6 +186,7 @@ void Bench::collect(Node& from, bool to_b) {
         x.at += reorder_gap;
         ++held;
       }
+      if (x.at >= stall_from && x.at < stall_until) x.at = stall_until;
       x.seq = seq_++;
       x.to_b = to_b;
       x.bytes = f.bytes;

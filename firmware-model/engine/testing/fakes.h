@@ -193,6 +193,9 @@ class Bench {
   Time reorder_gap = 100'000;
   uint64_t link_bps = 0;      // 0: frames leave at once (no serialization)
   uint64_t queue_bytes = 0;   // with link_bps: bytes waiting beyond this are dropped (0: unbounded)
+  // The wire stalls (a descheduled hop): frames due in [stall_from,
+  // stall_until) arrive at stall_until instead, in their order.
+  Time stall_from = 0, stall_until = 0;
   // Return false to drop a specific frame (e.g. by its describe() string).
   std::function<bool(const std::string& what, bool from_a)> filter;
   uint64_t delivered = 0, dropped = 0;
