@@ -140,6 +140,13 @@ void on_ack(Core& c, Qp& qp, const proto::Frame& f) {
   lost_paths.clear();
   uint64_t lost = qp.sb.detect_losses(now, qp.rtt, &recheck, &lost_paths);
   qp.rack_deadline = recheck;
+  if (qp.rto_undo && out.progress) {
+    qp.rto_undo = false;
+    if (rtt && now - rtt < qp.rto_fired_at) {  // triggered by a packet sent before the RTO
+      c.bump(&qp, &Counters::spurious_timeouts);
+      qp.cc->on_spurious_timeout(now);
+    }
+  }
   bool ce = a.ack_flags & 1;
   AckSample s{now, out.newly_acked_bytes, rtt, a.echo_path, ce, a.ce_count, a.credit,
               qp.sb.bytes_in_flight()};

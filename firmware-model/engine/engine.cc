@@ -173,7 +173,7 @@ void Core::qp_to_error(Qp& qp) {
   responder::drop_held(qp);
   qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
   qp.tlp_deadline = qp.read_deadline = kNever;
-  qp.tlp_out = false;
+  qp.tlp_out = qp.rto_undo = false;
   qp.pending_acks = 0;
 }
 
@@ -291,7 +291,7 @@ struct Engine::Impl {
     qp.credit = qp.retries = qp.backoff = 0;
     qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
     qp.tlp_deadline = qp.read_deadline = kNever;
-    qp.tlp_out = false;
+    qp.tlp_out = qp.rto_undo = false;
     qp.req_error = false;
     qp.reads.clear();
     responder::drop_held(qp);

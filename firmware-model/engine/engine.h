@@ -65,6 +65,7 @@ struct Counters {
   uint64_t rx_drop_resp_out_of_range = 0;  // READ/atomic response PSN/offset not of its request
   uint64_t rx_drop_read_queue_full = 0;    // READ_REQ while the responder's READ queue is full
   uint64_t rx_held_unordered = 0;  // READ/atomic ahead of a hole, held and run in PSN order
+  uint64_t spurious_timeouts = 0;  // RTOs whose first ACK echoed a packet sent before them (undone)
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).

@@ -194,6 +194,13 @@ struct Qp {
   // flight). Re-arming after every probe sent one per PTO to a stalled
   // peer, thousands a second (docs/engine.md §Timers).
   bool tlp_out = false;
+  // An RTO fired at rto_fired_at and no ACK has made progress since. If the
+  // first one that does echoes a packet sent before then, the ACKs were
+  // only late (a stalled host or hop): the timeout is undone (Eifel, RFC
+  // 3522, with the echoed timestamp), instead of leaving the window halved
+  // by every scheduling stall.
+  bool rto_undo = false;
+  Time rto_fired_at = 0;
   Time read_deadline = kNever;  // earliest SendWqe::read_check
   Time pace_deadline = kNever;
   Time read_pace_at = 0;  // responder: when the next READ response may leave

@@ -420,6 +420,8 @@ void on_rto(Core& c, Qp& qp) {
     return;
   }
   qp.cc->on_timeout(c.now());
+  if (!qp.rto_undo) qp.rto_fired_at = c.now();  // the first of a run of timeouts
+  qp.rto_undo = true;
   qp.tlp_out = true;  // the RTO retransmission is the probe until progress
   qp.tlp_deadline = kNever;
   qp.sb.mark_all_lost();
