@@ -59,6 +59,7 @@ void DefaultCongestionControl::clamp() { cwnd_ = std::clamp(cwnd_, min_cwnd_, ma
 
 void DefaultCongestionControl::on_ack(const AckSample& s) {
   credit_ = s.credit;
+  if (s.newly_acked_bytes) before_timeout_ = 0;  // progress: the timeout is not undone
   const double mtu = p_.mtu_bytes;
   const double acked = static_cast<double>(s.newly_acked_bytes);
   const double pkts = std::max(1.0, std::ceil(acked / mtu));
@@ -98,7 +99,15 @@ void DefaultCongestionControl::on_loss(Time now, uint64_t lost_bytes) {
 }
 
 void DefaultCongestionControl::on_timeout(Time now) {
+  if (before_timeout_ == 0) before_timeout_ = cwnd_;  // the window before the first of a run
   decrease(now, 1.0 - t_.timeout_md);
+}
+
+void DefaultCongestionControl::on_spurious_timeout(Time now) {
+  (void)now;
+  cwnd_ = std::max(cwnd_, before_timeout_);
+  before_timeout_ = 0;
+  clamp();
 }
 
 uint64_t DefaultCongestionControl::window_bytes() const {

@@ -43,6 +43,7 @@ class DefaultCongestionControl final : public CongestionControlInterface {
   double srtt_ns() const { return srtt_; }
   double ce_alpha() const { return alpha_; }
   Time target_delay() const { return target_; }
+  void on_spurious_timeout(Time now) override;
 
  private:
   bool can_decrease(Time now) const;
@@ -67,6 +68,7 @@ class DefaultCongestionControl final : public CongestionControlInterface {
   Time next_send_ = 0;   // pacing clock
   Time min_rtt_ = 0, min_rtt_at_ = 0;  // windowed minimum RTT (kMinRttWindow)
   Time base_ = 0;        // base RTT in use
+  double before_timeout_ = 0;  // cwnd before the last on_timeout (0: none to undo)
   uint32_t min_rtt_samples_ = 0;
   static constexpr Time kMinRttWindow = 10'000'000'000;  // 10 s, as BBR's min_rtt filter
   static constexpr uint32_t kMinRttSamples = 64;

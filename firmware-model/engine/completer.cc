@@ -87,6 +87,7 @@ void on_progress(Core& c, Qp& qp) {
   qp.retries = 0;
   qp.progress_at = c.now();
   qp.backoff = 0;
+  qp.tlp_out = false;
   requester::arm_rto(c, qp, true);
   requester::arm_tlp(c, qp);
   c.activate(qp);
@@ -139,6 +140,13 @@ void on_ack(Core& c, Qp& qp, const proto::Frame& f) {
   lost_paths.clear();
   uint64_t lost = qp.sb.detect_losses(now, qp.rtt, &recheck, &lost_paths);
   qp.rack_deadline = recheck;
+  if (qp.rto_undo && out.progress) {
+    qp.rto_undo = false;
+    if (rtt && now - rtt < qp.rto_fired_at) {  // triggered by a packet sent before the RTO
+      c.bump(&qp, &Counters::spurious_timeouts);
+      qp.cc->on_spurious_timeout(now);
+    }
+  }
   bool ce = a.ack_flags & 1;
   AckSample s{now, out.newly_acked_bytes, rtt, a.echo_path, ce, a.ce_count, a.credit,
               qp.sb.bytes_in_flight()};
@@ -251,6 +259,7 @@ void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
     return;
   }
   if (len) c.placed_response(qp, seq);
+  if (end > w->chunks_hw) w->chunks_hw = end;
   mark_chunks(*w, first, end);
   qp.sb.on_delivered(p.mbth.psn, c.now(), qp.rtt);  // the request evidently arrived
   if (w->chunks_got == w->chunks_total) {

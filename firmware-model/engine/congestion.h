@@ -30,6 +30,10 @@ class CongestionControlInterface {
   virtual void on_ack(const AckSample& s) = 0;
   virtual void on_loss(Time now, uint64_t lost_bytes) = 0;  // SACK-detected loss
   virtual void on_timeout(Time now) = 0;                    // retransmission timer fired
+  // The last timeout was spurious: the first ACK after it was triggered by
+  // a packet sent before it (the ACKs were late, nothing was lost). Undo
+  // what on_timeout did. Default: keep the decrease.
+  virtual void on_spurious_timeout(Time now) { (void)now; }
   virtual uint64_t window_bytes() const = 0;                // max bytes in flight
   // Earliest time the next packet of `bytes` may leave (pacing); <= now when
   // it may leave now.

@@ -172,8 +172,10 @@ void Core::qp_to_error(Qp& qp) {
   qp.rd_outstanding = 0;
   qp.rd_bytes = 0;
   qp.reads.clear();
+  responder::drop_held(qp);
   qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
   qp.tlp_deadline = qp.read_deadline = kNever;
+  qp.tlp_out = qp.rto_undo = false;
   qp.pending_acks = 0;
 }
 
@@ -291,8 +293,10 @@ struct Engine::Impl {
     qp.credit = qp.retries = qp.backoff = 0;
     qp.rto_deadline = qp.rack_deadline = qp.pace_deadline = qp.ack_deadline = kNever;
     qp.tlp_deadline = qp.read_deadline = kNever;
+    qp.tlp_out = qp.rto_undo = false;
     qp.req_error = false;
     qp.reads.clear();
+    responder::drop_held(qp);
     qp.resp_rd_msn = 0;
     qp.atomics = {};
     qp.pending_acks = 0;

@@ -54,7 +54,7 @@ struct Counters {
   uint64_t rx_drop_unexpected = 0;     // ACK/NACK/response matching nothing outstanding
   uint64_t rx_drop_not_request = 0;    // PROBE_REPLY or other opcode with no consumer
   uint64_t tail_loss_probes = 0;       // TLP: tail packet resent before the RTO
-  uint64_t rx_drop_unordered = 0;     // READ/atomic ahead of a missing earlier PSN (resent later)
+  uint64_t rx_drop_unordered = 0;     // READ/atomic ahead of a hole, not held (held set full; resent later)
   uint64_t rx_drop_owner_gone = 0;    // the QP's owner process is gone (hal.h owner_alive)
   // Trust (docs/engine.md §Trust): packets that do not match the QP's peer
   // or anything it sent. Each is dropped before it changes any state.
@@ -64,6 +64,8 @@ struct Counters {
   uint64_t rx_drop_nack_out_of_range = 0;  // NACK naming a PSN not outstanding or already delivered
   uint64_t rx_drop_resp_out_of_range = 0;  // READ/atomic response PSN/offset not of its request
   uint64_t rx_drop_read_queue_full = 0;    // READ_REQ while the responder's READ queue is full
+  uint64_t rx_held_unordered = 0;  // READ/atomic ahead of a hole, held and run in PSN order
+  uint64_t spurious_timeouts = 0;  // RTOs whose first ACK echoed a packet sent before them (undone)
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).

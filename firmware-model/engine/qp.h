@@ -49,6 +49,10 @@ struct SendWqe {
   // READ: which 256-byte chunks of the message arrived.
   std::vector<uint64_t> chunks;
   uint32_t chunks_total = 0, chunks_got = 0;
+  // READ: one past the highest chunk any response filled. Responses of a
+  // range leave in offset order, so a hole below it is reordered or lost;
+  // chunks above it may simply not have been sent yet (requester::on_rto).
+  uint32_t chunks_hw = 0;
   Time read_check = kNever;  // READ: holes remain after a LAST response; re-issue then
   bool is_rd() const {
     return wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpSwap ||
@@ -56,7 +60,7 @@ struct SendWqe {
   }
   // The WQE is done: drop READ tracking beyond what a small READ reuses.
   void release_read_state() {
-    chunks_total = chunks_got = 0;
+    chunks_total = chunks_got = chunks_hw = 0;
     if (chunks.capacity() > kKeepChunkWords) std::vector<uint64_t>().swap(chunks);
     else chunks.clear();
   }
@@ -125,6 +129,21 @@ class ReadQueue {
   uint32_t first_issues_ = 0;
 };
 
+// A READ_REQ or atomic that arrived ahead of a missing earlier PSN. It
+// must not execute before the requests before it (docs/engine.md
+// §Ordering), so the responder holds it, unmarked, and runs it when the
+// cumulative point reaches its PSN. Dropping it instead left it to the
+// requester's timers: a reordering fabric (the hop's --reorder, jitter
+// across paths) then cost an RTO per READ and ended in RETRY_EXC_ERR.
+// Those packets carry no payload, so the whole packet is kept.
+inline constexpr uint32_t kHeldRequests = kReadJobs;
+
+struct HeldRequest {
+  bool used = false;
+  bool ce = false;
+  proto::Packet p;
+};
+
 struct AtomicResult {
   bool valid = false;
   uint32_t psn = 0, msn = 0;
@@ -170,6 +189,18 @@ struct Qp {
   Time rto_deadline = kNever;
   Time rack_deadline = kNever;
   Time tlp_deadline = kNever;  // tail loss probe (one per flight)
+  // A probe (or an RTO retransmission) is out and nothing was delivered
+  // since: no further probe until progress (RFC 8985 §7.3, one TLP per
+  // flight). Re-arming after every probe sent one per PTO to a stalled
+  // peer, thousands a second (docs/engine.md §Timers).
+  bool tlp_out = false;
+  // An RTO fired at rto_fired_at and no ACK has made progress since. If the
+  // first one that does echoes a packet sent before then, the ACKs were
+  // only late (a stalled host or hop): the timeout is undone (Eifel, RFC
+  // 3522, with the echoed timestamp), instead of leaving the window halved
+  // by every scheduling stall.
+  bool rto_undo = false;
+  Time rto_fired_at = 0;
   Time read_deadline = kNever;  // earliest SendWqe::read_check
   Time pace_deadline = kNever;
   Time read_pace_at = 0;  // responder: when the next READ response may leave
@@ -184,6 +215,8 @@ struct Qp {
   uint32_t rq_head = 0, rq_tail = 0;
   RecvWqe& rqe(uint32_t seq) { return rq[seq & rq_mask]; }
   ReadQueue reads;
+  std::array<HeldRequest, kHeldRequests> held{};
+  uint32_t held_count = 0;
   uint32_t resp_rd_msn = 0;  // read MSN the next first-issue READ/atomic must carry
   std::array<AtomicResult, kAtomicCache> atomics{};
   uint32_t pending_acks = 0;
@@ -302,6 +335,8 @@ bool has_work(const Qp& qp);
 
 namespace responder {
 void on_request(Core& c, Qp& qp, const proto::Frame& f);
+// Forgets the held out-of-order READs/atomics (QP to ERR or RESET).
+void drop_held(Qp& qp);
 void send_ack(Core& c, Qp& qp, bool dup);
 // Core::commit failed for qp's placed requests: NACK, receives in error, ERR.
 void placement_failed(Core& c, Qp& qp);

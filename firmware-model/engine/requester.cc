@@ -193,6 +193,7 @@ State start_wqe(Core& c, Qp& qp) {
   if (read) {  // validated: now the chunk bitmap may be allocated
     w.chunks_total = std::max<uint32_t>(1, (w.length + kReadChunk - 1) / kReadChunk);
     w.chunks.assign((w.chunks_total + 63) / 64, 0);
+    w.chunks_hw = 0;
     qp.rd_bytes += w.length;
   }
   return State::kSegment;
@@ -268,7 +269,7 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
 }
 
 void arm_tlp(Core& c, Qp& qp) {
-  if (qp.sb.pkts_in_flight() == 0 || qp.state == QpState::kErr) {
+  if (qp.sb.pkts_in_flight() == 0 || qp.state == QpState::kErr || qp.tlp_out) {
     qp.tlp_deadline = kNever;
     return;
   }
@@ -280,6 +281,7 @@ void on_tlp(Core& c, Qp& qp) {
   qp.tlp_deadline = kNever;
   if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return;
   if (qp.sb.lost_count() == 0 && qp.sb.probe_tail()) {
+    qp.tlp_out = true;
     c.bump(&qp, &Counters::tail_loss_probes);
     c.activate(qp);
   }
@@ -302,19 +304,22 @@ void arm_rto(Core& c, Qp& qp, bool restart) {
 
 namespace {
 
-// READ data still missing after a timeout: ask again for each missing run
-// of chunks, with a new PSN, the same MSN, MBTH.offset = run start.
-void reissue_read(Core& c, Qp& qp, uint32_t seq) {
+void resend_atomic(Core& c, Qp& qp, uint32_t seq);
+
+// READ data still missing: ask again for each missing run of chunks below
+// `limit`, with a new PSN, the same MSN, MBTH.offset = run start.
+void reissue_read(Core& c, Qp& qp, uint32_t seq, uint32_t limit) {
   SendWqe& w = qp.sqe(seq);
   uint32_t runs = 0;
+  limit = std::min(limit, w.chunks_total);
   // Within the 4096-PSN window like first transmissions (memory bound).
-  for (uint32_t i = 0; i < w.chunks_total && runs < 8 && qp.sb.outstanding() < kRecvWindow - 1;) {
+  for (uint32_t i = 0; i < limit && runs < 8 && qp.sb.outstanding() < kRecvWindow - 1;) {
     if ((w.chunks[i / 64] >> (i % 64)) & 1) {
       ++i;
       continue;
     }
     uint32_t j = i;
-    while (j < w.chunks_total && !((w.chunks[j / 64] >> (j % 64)) & 1)) ++j;
+    while (j < limit && !((w.chunks[j / 64] >> (j % 64)) & 1)) ++j;
     uint32_t off = i * kReadChunk;
     uint32_t end = std::min<uint64_t>(uint64_t{j} * kReadChunk, w.length);
     uint32_t len = end - off;
@@ -328,6 +333,36 @@ void reissue_read(Core& c, Qp& qp, uint32_t seq) {
     c.send(qp, p, path);
     ++runs;
     i = j;
+  }
+}
+
+// The READs an RTO re-issues, and how much of each. The responder serves
+// READs one after another, in PSN order, each in offset order. So the data
+// of a READ queued behind an incomplete one, or past the highest chunk a
+// READ has received, may simply not have been sent yet: the responder may
+// still be serializing it, or the path stalled. Re-issuing all of it (as
+// the RTO did, for every incomplete READ) had the responder serve it twice:
+// long READs through a busy host saw ~20 timeouts and 1.1-1.7k responses
+// arriving after their READ had completed. Holes below a READ's highest
+// chunk are overdue (reordering would have filled them within the hole
+// check) and are re-issued; past it, only the oldest incomplete READ asks
+// for a slice of 16 MTUs, doubling with each RTO without progress, so a
+// lost tail still comes back in a few RTOs.
+void reissue_reads_on_rto(Core& c, Qp& qp) {
+  uint64_t bytes = uint64_t{16} * qp.mtu << std::min<uint32_t>(qp.backoff, 16);
+  uint32_t slice = static_cast<uint32_t>(std::min<uint64_t>(bytes / kReadChunk, UINT32_MAX / 2));
+  bool oldest = true;
+  for (uint32_t seq = qp.sq_head; seq != qp.sq_next; ++seq) {
+    SendWqe& w = qp.sqe(seq);
+    if (!w.is_rd() || !w.all_sent || w.response_done || w.status != WcStatus::kSuccess) continue;
+    if (w.wr.opcode != WrOpcode::kRdmaRead) {
+      if (qp.sb.delivered(w.max_psn)) resend_atomic(c, qp, seq);
+      oldest = false;
+      continue;
+    }
+    if (qp.sb.delivered(w.max_psn))
+      reissue_read(c, qp, seq, oldest ? w.chunks_hw + slice : w.chunks_hw);
+    oldest = false;
   }
 }
 
@@ -358,7 +393,7 @@ void on_read_check(Core& c, Qp& qp) {
     }
     w.read_check = kNever;
     uint64_t before = qp.counters.tx_retransmits;
-    if (w.wr.opcode == WrOpcode::kRdmaRead) reissue_read(c, qp, seq);
+    if (w.wr.opcode == WrOpcode::kRdmaRead) reissue_read(c, qp, seq, w.chunks_total);
     else resend_atomic(c, qp, seq);
     c.bump(&qp, &Counters::fast_retransmits, qp.counters.tx_retransmits - before);
   }
@@ -385,16 +420,13 @@ void on_rto(Core& c, Qp& qp) {
     return;
   }
   qp.cc->on_timeout(c.now());
+  if (!qp.rto_undo) qp.rto_fired_at = c.now();  // the first of a run of timeouts
+  qp.rto_undo = true;
+  qp.tlp_out = true;  // the RTO retransmission is the probe until progress
+  qp.tlp_deadline = kNever;
   qp.sb.mark_all_lost();
   // Responses lost after their request was delivered.
-  for (uint32_t seq = qp.sq_head; seq != qp.sq_next; ++seq) {
-    SendWqe& w = qp.sqe(seq);
-    if (!w.is_rd() || !w.all_sent || w.response_done || w.status != WcStatus::kSuccess) continue;
-    if (qp.sb.delivered(w.max_psn)) {
-      if (w.wr.opcode == WrOpcode::kRdmaRead) reissue_read(c, qp, seq);
-      else resend_atomic(c, qp, seq);
-    }
-  }
+  reissue_reads_on_rto(c, qp);
   ++qp.backoff;
   c.activate(qp);
   arm_rto(c, qp, true);

@@ -26,6 +26,7 @@ struct Req {
   RecvWqe* recv = nullptr;
   WcStatus recv_status = WcStatus::kSuccess;  // error to complete the receive with
   bool first_issue = false;  // READ/atomic carrying the next read MSN (not a re-issue)
+  bool replay = false;       // a held request run now that its turn came (hold_unordered)
 };
 
 bool consumes_recv(Opcode op) {
@@ -108,15 +109,40 @@ State check_psn(Core& c, Qp& qp, Req& r) {
   return State::kDone;
 }
 
+bool is_held(const Qp& qp, uint32_t psn) {
+  if (!qp.held_count) return false;
+  for (const HeldRequest& h : qp.held)
+    if (h.used && h.p.mbth.psn == psn) return true;
+  return false;
+}
+
 // RC ordering (docs/engine.md §Ordering): WRITE and SEND payload may be
 // placed in any order, but a READ or an atomic must observe every earlier
 // request of the QP, as verbs users rely on (a READ after a WRITE sees the
 // written data; a CMP_SWAP after a FETCH_ADD sees the added value). One that
-// arrives ahead of a missing earlier PSN is dropped unmarked (not SACKed):
-// the requester's loss detection resends it after the hole is filled.
+// arrives ahead of a missing earlier PSN is received (marked, so the ACK's
+// SACK shows the hole at once) but held, and runs when the cumulative point
+// passes it (run_held). With the held set full it is dropped unmarked, and
+// the requester's loss detection resends it.
 bool ordered(Core& c, Qp& qp, const Req& r) {
-  if (r.p.mbth.psn == qp.rw.cum()) return true;
-  c.bump(&qp, &Counters::rx_drop_unordered);
+  const uint32_t psn = r.p.mbth.psn;
+  if (r.replay || psn == qp.rw.cum()) return true;
+  HeldRequest* room = nullptr;
+  for (HeldRequest& h : qp.held)
+    if (!h.used) room = &h;
+  if (!room || qp.reads.size() + qp.held_count >= kReadJobs) {
+    c.bump(&qp, &Counters::rx_drop_unordered);
+    return false;
+  }
+  *room = {true, r.ce, r.p};
+  room->p.payload = {};  // READ_REQ and atomics carry none (check_op)
+  ++qp.held_count;
+  c.bump(&qp, &Counters::rx_held_unordered);
+  qp.rw.mark(psn);  // psn > cum: the cumulative point stays at the hole
+  qp.ack_echo_ts = r.p.mbth.timestamp;
+  qp.ack_echo_path = r.p.mbth.path_id;
+  qp.ack_ce = r.ce;
+  send_ack(c, qp, false);  // past a hole: ACK at once (docs/protocol.md §6.6)
   return false;
 }
 
@@ -319,6 +345,7 @@ State execute(Core& c, Qp& qp, Req& r) {
 
 State acknowledge(Core& c, Qp& qp, Req& r) {
   const proto::Packet& p = r.p;
+  if (r.replay) return State::kDone;  // marked and acknowledged when it arrived
   uint32_t before = qp.rw.cum();
   qp.rw.mark(p.mbth.psn);
   // The cumulative point may have passed a placed message that was waiting.
@@ -356,7 +383,9 @@ void serve_duplicate_read(Core& c, Qp& qp, const proto::Packet& p) {
 State duplicate(Core& c, Qp& qp, Req& r) {
   const proto::Packet& p = r.p;
   c.bump(&qp, &Counters::rx_drop_duplicate);
-  if (is_atomic(p.mbth.opcode)) {
+  if (is_held(qp, p.mbth.psn)) {
+    // Held for its turn (ordered): it runs once, then; only re-ACKed now.
+  } else if (is_atomic(p.mbth.opcode)) {
     const AtomicResult& a = qp.atomics[p.mbth.psn % kAtomicCache];
     if (a.valid && a.psn == p.mbth.psn) {
       c.bump(&qp, &Counters::atomic_replays);
@@ -435,14 +464,49 @@ State step(Core& c, Qp& qp, Req& r, State s) {
 
 }  // namespace
 
+namespace {
+
+void serve(Core& c, Qp& qp, Req& r) {
+  State s = State::kCheckState;
+  while (s != State::kDone) s = step(c, qp, r, s);
+}
+
+// Held READs/atomics whose turn has come (ordered): the cumulative point
+// passed them, so every request before each has arrived. They run in PSN
+// order from CHECK_RESOURCES, as they would have had they come in order.
+void run_held(Core& c, Qp& qp) {
+  while (qp.held_count && qp.state != QpState::kErr && qp.state != QpState::kReset) {
+    HeldRequest* next = nullptr;
+    for (HeldRequest& h : qp.held) {
+      if (!h.used || !proto::seq_lt(h.p.mbth.psn, qp.rw.cum())) continue;
+      if (!next || proto::seq_lt(h.p.mbth.psn, next->p.mbth.psn)) next = &h;
+    }
+    if (!next) return;
+    HeldRequest mine = *next;
+    next->used = false;
+    --qp.held_count;
+    Req r{mine.p, mine.ce};
+    r.replay = true;
+    State s = State::kCheckResources;
+    while (s != State::kDone) s = step(c, qp, r, s);
+  }
+}
+
+}  // namespace
+
 void on_request(Core& c, Qp& qp, const proto::Frame& f) {
   Req r{f.packet, f.headers.ecn == 0b11};
   if (r.ce) {
     c.bump(&qp, &Counters::ecn_marks_seen);
     if (qp.ce_count < UINT16_MAX) ++qp.ce_count;  // saturates (protocol.md §3.7)
   }
-  State s = State::kCheckState;
-  while (s != State::kDone) s = step(c, qp, r, s);
+  serve(c, qp, r);
+  if (qp.held_count) run_held(c, qp);
+}
+
+void drop_held(Qp& qp) {
+  for (HeldRequest& h : qp.held) h.used = false;
+  qp.held_count = 0;
 }
 
 void placement_failed(Core& c, Qp& qp) {

@@ -598,3 +598,38 @@ TEST_CASE("responder__failure_is_not_lost_to_a_read_that_flushes") {
   CHECK(t.b.dma.failed_commits == 1);
 }
 }  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+
+// docs/engine.md §Ordering: a READ that overtakes a lost WRITE before it is
+// received (SACKed, so the WRITE is found lost at once) but held, and served
+// once the WRITE's retransmission fills the hole: it returns the written
+// data, and the READ_REQ itself is never resent.
+TEST_CASE("responder__read_ahead_of_a_hole_is_held_then_served_in_order") {
+  Bench t;
+  t.connect_pair();
+  pattern(t.a, 0, 1000, 5);
+  bool dropped = false;
+  t.filter = [&](const std::string& what, bool from_a) {
+    if (from_a && !dropped && what.find("RDMA_WRITE") == 0) return !(dropped = true);
+    return true;
+  };
+  REQUIRE(t.a.post_send(write_to(t, 1, 0, 20000, 1000)) == 0);
+  SendWr r = t.a.wr(WrOpcode::kRdmaRead, 2, 30000, 1000);
+  r.remote_addr = t.b.base() + 20000;
+  r.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(r) == 0);
+  auto sc = run_until_send_cq(t, 2);
+  REQUIRE(sc.size() == 2);
+  CHECK(st(sc[0]) == "SUCCESS");
+  CHECK(st(sc[1]) == "SUCCESS");
+  CHECK(std::memcmp(t.a.mem.data(), t.a.mem.data() + 30000, 1000) == 0);  // the written bytes
+  CHECK(t.b.engine->counters().rx_held_unordered == 1);
+  CHECK(t.b.engine->counters().rx_drop_unordered == 0);
+  for (const std::string& l : t.a.port.log) {
+    INFO(l);
+    CHECK(!(l.find("RDMA_READ_REQ") != std::string::npos && l.find("RETX") != std::string::npos));
+  }
+}
+
+}  // namespace metaroce::fw::test

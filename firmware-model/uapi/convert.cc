@@ -107,6 +107,8 @@ std::vector<NamedCounter> named_counters(const fw::Counters& c) {
       {"rx_drop_resp_out_of_range", c.rx_drop_resp_out_of_range},
       {"rx_drop_read_queue_full", c.rx_drop_read_queue_full},
       {"rx_drop_owner_gone", c.rx_drop_owner_gone},
+      {"rx_held_unordered", c.rx_held_unordered},
+      {"spurious_timeouts", c.spurious_timeouts},
   };
 }
 

@@ -148,6 +148,20 @@ void Bench::connect_pair(size_t mem, uint8_t timeout, uint8_t retry_cnt, uint8_t
   b.connect(a.ip, a.qpn, kAll, timeout, retry_cnt, rnr_retry, 1, mtu);
 }
 
+bool Bench::serialize(bool to_b, size_t n, Time* left) {
+  *left = clock.t;
+  if (!link_bps) return true;
+  Time& free = line_free_[to_b];
+  Time start = std::max(free, clock.t);
+  if (queue_bytes && (start - clock.t) * link_bps / 8'000'000'000 > queue_bytes) {
+    ++queue_drops;
+    return false;
+  }
+  free = start + static_cast<Time>(n * 8'000'000'000 / link_bps);
+  *left = free;
+  return true;
+}
+
 void Bench::collect(Node& from, bool to_b) {
   for (auto& f : from.port.outbox) {
     if (filter && !filter(f.what, /*from_a=*/to_b)) {
@@ -158,12 +172,21 @@ void Bench::collect(Node& from, bool to_b) {
       ++dropped;
       continue;
     }
+    Time left;
+    if (!serialize(to_b, f.bytes.size(), &left)) {
+      ++dropped;
+      continue;
+    }
     int copies = dup > 0 && rng.uniform() < dup ? 2 : 1;
     duplicated += copies - 1;
     for (int i = 0; i < copies; ++i) {
       InFlight x;
-      x.at = clock.t + path_delay[f.path % path_delay.size()] +
-             (jitter ? rng.next() % jitter : 0);
+      x.at = left + path_delay[f.path % path_delay.size()] + (jitter ? rng.next() % jitter : 0);
+      if (reorder > 0 && rng.uniform() < reorder) {
+        x.at += reorder_gap;
+        ++held;
+      }
+      if (x.at >= stall_from && x.at < stall_until) x.at = stall_until;
       x.seq = seq_++;
       x.to_b = to_b;
       x.bytes = f.bytes;

@@ -176,7 +176,10 @@ struct Node {
 };
 
 // Two nodes and the wire between them. Per-path one-way delay, loss,
-// duplication, corruption; all decisions from one seeded generator.
+// duplication, corruption, reordering (a frame held `reorder_gap` longer,
+// as mroce-impair --reorder does) and, with link_bps, a line rate each
+// direction serializes at with a drop-tail queue of queue_bytes; all
+// decisions from one seeded generator.
 class Bench {
  public:
   explicit Bench(uint64_t seed = 1, const EngineConfig& cfg = {});
@@ -186,12 +189,20 @@ class Bench {
   double loss = 0, dup = 0, corrupt = 0;
   std::vector<Time> path_delay{5'000, 5'000, 5'000, 5'000};
   Time jitter = 0;
+  double reorder = 0;
+  Time reorder_gap = 100'000;
+  uint64_t link_bps = 0;      // 0: frames leave at once (no serialization)
+  uint64_t queue_bytes = 0;   // with link_bps: bytes waiting beyond this are dropped (0: unbounded)
+  // The wire stalls (a descheduled hop): frames due in [stall_from,
+  // stall_until) arrive at stall_until instead, in their order.
+  Time stall_from = 0, stall_until = 0;
   // Return false to drop a specific frame (e.g. by its describe() string).
   std::function<bool(const std::string& what, bool from_a)> filter;
   uint64_t delivered = 0, dropped = 0;
   // Impairments that happened: copies added, copies corrupted, frames
   // delivered after a frame sent later in the same direction.
   uint64_t duplicated = 0, corrupted = 0, reordered = 0;
+  uint64_t held = 0, queue_drops = 0;  // frames held by `reorder`; tail drops of the queue
 
   // Both QPs set up and connected with the given access flags.
   void connect_pair(size_t mem = 1 << 16, uint8_t timeout = 14, uint8_t retry_cnt = 7,
@@ -213,6 +224,9 @@ class Bench {
   std::priority_queue<InFlight, std::vector<InFlight>, std::greater<>> wire_;
   uint64_t seq_ = 0;
   uint64_t newest_to_a_ = 0, newest_to_b_ = 0;  // highest seq delivered each way
+  Time line_free_[2] = {0, 0};  // when each direction's line is free (link_bps)
+  // When a frame of n bytes has left the line (now: unserialized); false: tail-dropped.
+  bool serialize(bool to_b, size_t n, Time* left);
 };
 
 }  // namespace metaroce::fw::test
