@@ -2,6 +2,7 @@
 // post_recv into the shared SQ/RQ rings.
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -302,6 +303,14 @@ struct ibv_qp *mroce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 
 int mroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask) {
   struct mroce_qp *qp = to_mroce_qp(ibqp);
+  if ((attr_mask & IBV_QP_AV) && !attr->ah_attr.is_global) {
+    // As a kernel RoCE device does (rdma_check_ah_attr): on Ethernet the
+    // destination is the GRH's GID; without one every frame would go to ::.
+    struct mroce_context *ctx = to_mroce_ctx(ibqp->context);
+    snprintf(ctx->last_reason, sizeof(ctx->last_reason),
+             "address vector without a GRH: a RoCE QP needs ah_attr.is_global and a destination GID");
+    return EINVAL;
+  }
   struct mroce_modify_qp_req req = {};
   req.qpn = qp->qpn;
   to_mroce_attr(attr, attr_mask, &req.attr);

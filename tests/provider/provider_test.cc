@@ -401,6 +401,23 @@ TEST_CASE("modify_and_query_qp__round_trip") {
   CHECK(init.qp_type == IBV_QPT_RC);
 }
 
+TEST_CASE("modify_qp__address_vector_without_grh_is_einval_with_reason") {
+  QpFixture f;
+  f.to_state(IBV_QPS_INIT);
+  size_t requests = f.fake.log().size();
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  attr.path_mtu = IBV_MTU_1024;
+  attr.dest_qp_num = 0x99;
+  attr.ah_attr.is_global = 0;  // qperf's native mode does this: no destination GID
+  CHECK(mroce_modify_qp(f.qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                         IBV_QP_DEST_QPN) == EINVAL);
+  CHECK(std::string(to_mroce_ctx(f.qp->context)->last_reason).find("without a GRH") !=
+        std::string::npos);
+  CHECK(f.qp->state == IBV_QPS_INIT);
+  CHECK(f.fake.log().size() == requests);  // nothing reached the daemon
+}
+
 TEST_CASE("async__daemon_records_are_relayed") {
   Fixture f;
   f.fake.send_async(0x1234, IBV_EVENT_QP_FATAL);
