@@ -389,6 +389,13 @@ size_t transport_length(const Packet& p) {
   return hdr == 0 ? 0 : hdr + p.payload.size() + kIcrcLen;
 }
 
+bool seal_icrc(std::span<uint8_t> packet) {
+  if (packet.size() < kIcrcLen) return false;
+  Writer w(packet.last(kIcrcLen));
+  w.u32(crc32c(packet.first(packet.size() - kIcrcLen)));
+  return w.ok();
+}
+
 size_t build_transport(const Packet& p, std::span<uint8_t> out) {
   const OpcodeInfo* info = find_opcode(p.mbth.opcode);
   if (info == nullptr || (!info->payload && !p.payload.empty())) return 0;
@@ -398,9 +405,10 @@ size_t build_transport(const Packet& p, std::span<uint8_t> out) {
   for (size_t i = 0; i < info->ext_count(); ++i)
     kExtCodecs[static_cast<size_t>(info->exts[i])].write(w, p);
   w.bytes(p.payload);
+  w.u32(0);  // the ICRC, sealed below
   if (!w.ok()) return 0;
-  w.u32(crc32c(out.first(w.pos())));
-  return w.ok() ? w.pos() : 0;
+  seal_icrc(out.first(w.pos()));
+  return w.pos();
 }
 
 Parsed<Packet> parse_transport(std::span<const uint8_t> bytes) {

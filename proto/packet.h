@@ -315,6 +315,10 @@ bool operator==(const Packet& a, const Packet& b);
 
 // CRC32C (Castagnoli), as used for the ICRC (§5).
 uint32_t crc32c(std::span<const uint8_t> bytes, uint32_t crc = 0);
+// Writes the ICRC of everything before the last kIcrcLen bytes of a
+// transport packet into those bytes. False, and nothing written, if the
+// packet is shorter than an ICRC.
+bool seal_icrc(std::span<uint8_t> packet);
 
 // 32-bit serial-number arithmetic for PSNs and MSNs (RFC 1982 style).
 inline bool seq_lt(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }

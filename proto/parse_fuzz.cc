@@ -8,8 +8,9 @@
 // libFuzzer reports as a crash.
 //
 // Built without -fsanitize=fuzzer (Bazel target //proto:parse_fuzz, tag
-// "manual"), a small main() replays the files named on the command line,
-// so a crash found by tools/fuzz can be debugged with GCC and Bazel.
+// "manual", with proto/fuzz_replay_main.cc), it replays the files named on
+// the command line, so a crash found by tools/fuzz can be debugged with GCC
+// and Bazel.
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -68,32 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Random bytes almost never carry a right ICRC, which would keep the
   // fuzzer in front of the CRC check. Also try the input with its last four
   // bytes replaced by the right ICRC, so mutations reach the header logic.
-  if (size >= mp::kIcrcLen) {
-    std::vector<uint8_t> fixed(in.begin(), in.end());
-    const uint32_t c = mp::crc32c(in.first(size - mp::kIcrcLen));
-    for (size_t i = 0; i < mp::kIcrcLen; ++i)
-      fixed[size - mp::kIcrcLen + i] = static_cast<uint8_t>(c >> (24 - 8 * i));
-    check_transport(fixed);
-  }
+  std::vector<uint8_t> fixed(in.begin(), in.end());
+  if (mp::seal_icrc(fixed)) check_transport(fixed);
   return 0;
 }
 
-#ifndef METAROCE_FUZZ_NO_MAIN
-// Replay driver: parse_fuzz FILE... (exit 0 if none aborts). libFuzzer builds
-// and the replay test define METAROCE_FUZZ_NO_MAIN and bring their own main.
-int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::FILE* f = std::fopen(argv[i], "rb");
-    if (f == nullptr) {
-      std::fprintf(stderr, "parse_fuzz: cannot open %s\n", argv[i]);
-      return 2;
-    }
-    std::vector<uint8_t> buf;
-    for (int c; (c = std::fgetc(f)) != EOF;) buf.push_back(static_cast<uint8_t>(c));
-    std::fclose(f);
-    LLVMFuzzerTestOneInput(buf.data(), buf.size());
-  }
-  std::printf("parse_fuzz: replayed %d inputs, no failure\n", argc - 1);
-  return 0;
-}
-#endif

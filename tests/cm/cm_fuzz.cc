@@ -18,8 +18,8 @@
 //   - the timers do not run out: after at most 1000 deadlines nothing is
 //     pending, and every connection left waits for its application.
 //
-// Without -fsanitize=fuzzer (Bazel //tests/cm:cm_fuzz, "manual") a main()
-// replays files; tests/cm:cm_fuzz_replay_test runs the seeds and mutations.
+// Without -fsanitize=fuzzer (Bazel //tests/cm:cm_fuzz, "manual", with
+// proto/fuzz_replay_main.cc) it replays files; tests/cm:cm_fuzz_replay_test runs the seeds and mutations.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -142,30 +142,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t sel = data[0];
   const std::span<const uint8_t> udp(data + 1, size - 1);
   one(udp, sel);
-  if (udp.size() >= proto::kIcrcLen) {
-    std::vector<uint8_t> fixed(udp.begin(), udp.end());
-    const uint32_t c = proto::crc32c(udp.first(udp.size() - proto::kIcrcLen));
-    for (size_t i = 0; i < proto::kIcrcLen; ++i)
-      fixed[fixed.size() - proto::kIcrcLen + i] = static_cast<uint8_t>(c >> (24 - 8 * i));
-    one(fixed, sel);
-  }
+  std::vector<uint8_t> fixed(udp.begin(), udp.end());
+  if (proto::seal_icrc(fixed)) one(fixed, sel);
   return 0;
 }
 
-#ifndef METAROCE_FUZZ_NO_MAIN
-int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::FILE* f = std::fopen(argv[i], "rb");
-    if (f == nullptr) {
-      std::fprintf(stderr, "cm_fuzz: cannot open %s\n", argv[i]);
-      return 2;
-    }
-    std::vector<uint8_t> buf;
-    for (int c; (c = std::fgetc(f)) != EOF;) buf.push_back(static_cast<uint8_t>(c));
-    std::fclose(f);
-    LLVMFuzzerTestOneInput(buf.data(), buf.size());
-  }
-  std::printf("cm_fuzz: replayed %d inputs, no failure\n", argc - 1);
-  return 0;
-}
-#endif
