@@ -92,7 +92,7 @@ HwOffloadBackend::Ring HwOffloadBackend::make_ring(uint32_t entries, uint32_t en
   return r;
 }
 
-HwOffloadBackend::HwOffloadBackend(RegisterSpaceInterface& bar0, fw::EventSinkInterface& events,
+HwOffloadBackend::HwOffloadBackend(RegisterSpaceInterface& bar0, EventSink& events,
                                    const HwOptions& options)
     : bar0_(bar0), events_(events), options_(options) {
   caps_ = fw::DeviceCaps{};
@@ -422,14 +422,32 @@ void HwOffloadBackend::destroy_owner(fw::OwnerId owner) {
 
 int HwOffloadBackend::post_send(fw::OwnerId owner, uint32_t qpn, const fw::SendWr& wr) {
   if (!up_) return fail(ENODEV, "post_send: the device is not up");
-  auto it = qps_.find(qpn);
-  if (it == qps_.end() || it->second.owner != owner) return fail(EINVAL, "post_send: no such QP");
   if (wr.num_sge > MROCE_MAX_SGE || wr.inline_data.size() > MROCE_MAX_INLINE)
     return fail(EINVAL, "post_send: too many SGEs or too much inline data");
+  return post_wqe(owner, qpn, encode(wr), "post_send");
+}
+
+// The refused WR travels as a WQE the device only completes: in posting
+// order, with the status the host chose (hw_abi.h MROCE_HW_WQE_OP_ERROR).
+int HwOffloadBackend::post_send_error(fw::OwnerId owner, uint32_t qpn, uint64_t wr_id,
+                                      fw::WcStatus status) {
+  if (status == fw::WcStatus::kSuccess) return fail(EINVAL, "post_send_error: status is success");
+  mroce_send_wqe w{};
+  w.wr_id = wr_id;
+  w.opcode = MROCE_HW_WQE_OP_ERROR;
+  w.imm = static_cast<uint32_t>(status);
+  return post_wqe(owner, qpn, w, "post_send_error");
+}
+
+int HwOffloadBackend::post_wqe(fw::OwnerId owner, uint32_t qpn, const mroce_send_wqe& w,
+                               const char* what) {
+  if (!up_) return fail(ENODEV, std::string(what) + ": the device is not up");
+  auto it = qps_.find(qpn);
+  if (it == qps_.end() || it->second.owner != owner)
+    return fail(EINVAL, std::string(what) + ": no such QP");
   Ring& sq = it->second.sq;
   uint32_t prod = sq.hdr()->producer;  // we are the only writer
   if (prod - load_acquire(sq.hdr()->consumer) >= sq.entries) return ENOMEM;
-  mroce_send_wqe w = encode(wr);
   std::memcpy(sq.slot(prod), &w, sizeof(w));
   store_release(sq.hdr()->producer, prod + 1);
   bar0_.write32(qp_db(qpn) + MROCE_DB_SQ_PI, prod + 1);  // MMIO: no nic_sleeping check needed
@@ -502,6 +520,7 @@ int HwOffloadBackend::service(fw::Time) {
   }
   if (work) bar0_.write32(MROCE_REG_EQ_HEAD, (eq_head_ & 0x7fffffffu) | 0x80000000u);
   for (auto& [cqn, cq] : cqs_) work += harvest_cq(cqn, cq);  // completion EQEs only wake us
+  if (work) events_.publish();  // the device wrote each CQE after its data
   return work;
 }
 
@@ -524,6 +543,21 @@ int HwOffloadBackend::query_counters(uint32_t qpn, std::vector<NamedCounter>* ou
     out->push_back({c.name, c.value});
   }
   return 0;
+}
+
+int HwOffloadBackend::qp_transport(uint32_t qpn, fw::Time, fw::QpTransportStats*) {
+  if (!qps_.count(qpn)) return fail(ENOENT, "qp_transport: no such QP");
+  return fail(EOPNOTSUPP, "qp_transport: hw interface 1.x reports no transport statistics");
+}
+
+std::string HwOffloadBackend::describe_qp(uint32_t qpn) {
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return "";
+  const Qp& q = it->second;
+  return "qp " + std::to_string(qpn) + " (hw) owner " + std::to_string(q.owner) + " sq " +
+         std::to_string(q.sq.hdr()->producer) + "/" + std::to_string(load_acquire(q.sq.hdr()->consumer)) +
+         " rq " + std::to_string(q.rq.hdr()->producer) + "/" +
+         std::to_string(load_acquire(q.rq.hdr()->consumer));
 }
 
 std::vector<uint32_t> HwOffloadBackend::qp_numbers() {
