@@ -44,8 +44,8 @@ uint32_t active_ibv_mtu(uint32_t link_mtu) {
   return ibv_mtu_for(room);
 }
 
-void add_counters(const fw::Counters& c, std::vector<mroce_counter>* out) {
-  for (const uapi::NamedCounter& n : uapi::named_counters(c)) {
+void add_counters(const std::vector<hw::NamedCounter>& named, std::vector<mroce_counter>* out) {
+  for (const hw::NamedCounter& n : named) {
     mroce_counter m{};
     std::strncpy(m.name, n.name.c_str(), sizeof(m.name) - 1);
     m.value = n.value;
@@ -55,32 +55,30 @@ void add_counters(const fw::Counters& c, std::vector<mroce_counter>* out) {
 
 }  // namespace
 
-Device::Device(const DeviceConfig& config, io::PacketIo* io, LinkInterface* link, int doorbell_fd)
-    : config_(config),
-      io_(io),
-      link_(link),
-      doorbell_fd_(doorbell_fd),
-      dma_([this](fw::OwnerId o) -> ClientMemory* {
-        auto it = clients_.find(o);
-        return it == clients_.end() ? nullptr : it->second.memory.get();
-      }) {
-  engine_ = std::make_unique<fw::Engine>(
-      config_.engine, fw::Hal{*this, *this, dma_, *this, *this});
-  rx_batch_.resize(64);
+BackendFactory soft_nic_backend(io::PacketIo* io, LinkInterface* link) {
+  return [io, link](const fw::EngineConfig& config, const BackendEnv& env) {
+    SoftNicEnv soft;
+    static_cast<BackendEnv&>(soft) = env;
+    soft.io = io;
+    soft.link = link;
+    return std::make_unique<SoftNic>(config, soft);
+  };
 }
 
-uint64_t Device::next() {
-  if (random_left_ == 0) {
-    auto* buf = reinterpret_cast<uint8_t*>(random_.data());
-    size_t got = 0;
-    while (got < sizeof random_) {
-      ssize_t n = getrandom(buf + got, sizeof random_ - got, 0);
-      if (n > 0) got += static_cast<size_t>(n);
-      else if (errno != EINTR) std::abort();  // no entropy source: refusing weak keys
-    }
-    random_left_ = random_.size();
-  }
-  return random_[--random_left_];
+Device::Device(const DeviceConfig& config, io::PacketIo* io, LinkInterface* link, int doorbell_fd)
+    : Device(config, soft_nic_backend(io, link), doorbell_fd) {}
+
+Device::Device(const DeviceConfig& config, BackendFactory make_backend, int doorbell_fd)
+    : config_(config), doorbell_fd_(doorbell_fd), port_(config.engine.port) {
+  BackendEnv env;
+  env.clock = &clock_;
+  env.events = this;
+  env.memory_of = [this](fw::OwnerId o) -> ClientMemory* {
+    auto it = clients_.find(o);
+    return it == clients_.end() ? nullptr : it->second.memory.get();
+  };
+  env.counters = &counters_;
+  backend_ = make_backend(config_.engine, env);
 }
 
 Device::~Device() {
@@ -89,22 +87,7 @@ Device::~Device() {
   for (auto id : ids) close_client(id);
 }
 
-fw::Time Device::read_clock() const {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  now_ = static_cast<fw::Time>(ts.tv_sec) * 1'000'000'000 + static_cast<fw::Time>(ts.tv_nsec);
-  now_reads_ = 0;
-  return now_;
-}
-
-// The engine asks for the time several times per packet; clock_gettime was
-// 5-7% of the daemon's CPU in perf. Within one loop pass a reading is reused
-// for up to kNowReuse calls (a few microseconds at most); every pass starts
-// with a fresh one.
-fw::Time Device::now() const {
-  if (++now_reads_ >= kNowReuse || now_ == 0) return read_clock();
-  return now_;
-}
+SoftNic* Device::soft_nic() const { return dynamic_cast<SoftNic*>(backend_.get()); }
 
 // ---------------- clients ----------------
 
@@ -145,10 +128,7 @@ void Device::close_client(fw::OwnerId id) {
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
   Client& c = it->second;
-  // Data the engine already accepted for other clients is unaffected; this
-  // client's QPs vanish, so their peers run into retry exhaustion.
-  dma_.flush();
-  engine_->destroy_owner(id);
+  backend_->destroy_owner(id);  // its QPs vanish; their peers see retry exhaustion
   for (uint32_t qpn : c.qps) qps_.erase(qpn);
   for (uint32_t cqn : c.cqs) {
     auto cq = cqs_.find(cqn);
@@ -163,7 +143,6 @@ void Device::close_client(fw::OwnerId id) {
   u.pds -= static_cast<uint32_t>(c.pds.size());
   u.ring_bytes -= c.ring_bytes;
   if (--u.connections == 0) users_.erase(c.uid);
-  dma_.forget(id);
   clients_.erase(it);
   counters_.clients_closed++;
 }
@@ -227,7 +206,7 @@ void Device::handle(Client& c, const Request& req, Reply* out) {
   }
 
 mroce_device_attr Device::device_attr() const {
-  const fw::DeviceCaps& caps = engine_->caps();
+  const fw::DeviceCaps& caps = backend_->caps();
   mroce_device_attr a{};
   a.max_mr_size = caps.max_mr_size;
   a.node_guid = config_.node_guid;
@@ -249,7 +228,7 @@ mroce_device_attr Device::device_attr() const {
 }
 
 mroce_port_attr Device::port_attr() const {
-  const fw::PortInfo& p = engine_->port();
+  const fw::PortInfo& p = port_;
   mroce_port_attr a{};
   a.state = p.active ? 4 : 1;  // IBV_PORT_ACTIVE : IBV_PORT_DOWN
   a.max_mtu = 5;
@@ -371,7 +350,7 @@ int Device::op_alloc_pd(Client& c, const Request& r, Reply* out) {
                          &UserLimits::max_pd, out);
   if (err) return err;
   mroce_alloc_pd_resp resp{};
-  err = engine_->create_pd(c.id, &resp.pdn);
+  err = backend_->create_pd(c.id, &resp.pdn);
   if (err) return err;
   c.pds.insert(resp.pdn);
   usage(c).pds++;
@@ -381,7 +360,7 @@ int Device::op_alloc_pd(Client& c, const Request& r, Reply* out) {
 
 int Device::op_dealloc_pd(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = not_ours(engine_->destroy_pd(c.id, req.handle), "PD", req.handle, out);
+  int err = not_ours(backend_->destroy_pd(c.id, req.handle), "PD", req.handle, out);
   if (err == EBUSY) out->reason = "PD still has MRs or QPs";
   if (!err && c.pds.erase(req.handle)) usage(c).pds--;
   return err;
@@ -404,7 +383,7 @@ int Device::op_reg_mr(Client& c, const Request& r, Reply* out) {
     }
   }
   fw::MrKeys keys;
-  err = engine_->reg_mr(c.id, req.pdn, req.addr, req.length, req.access, &keys);
+  err = backend_->reg_mr(c.id, req.pdn, req.addr, req.length, req.access, &keys);
   if (err) {
     if (err == EINVAL) out->reason = "invalid MR: bad PD, length or access flags";
     return err;
@@ -417,7 +396,7 @@ int Device::op_reg_mr(Client& c, const Request& r, Reply* out) {
 
 int Device::op_dereg_mr(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = not_ours(engine_->dereg_mr(c.id, req.handle), "MR with lkey", req.handle, out);
+  int err = not_ours(backend_->dereg_mr(c.id, req.handle), "MR with lkey", req.handle, out);
   if (!err && c.mrs.erase(req.handle)) usage(c).mrs--;
   return err;
 }
@@ -435,8 +414,8 @@ int Device::op_create_cq(Client& c, const Request& r, Reply* out) {
     counters_.channel_fd_refused++;
     return EINVAL;
   }
-  if (req.cqe == 0 || req.cqe > engine_->caps().max_cqe) {
-    out->reason = "cqe must be 1.." + std::to_string(engine_->caps().max_cqe);
+  if (req.cqe == 0 || req.cqe > backend_->caps().max_cqe) {
+    out->reason = "cqe must be 1.." + std::to_string(backend_->caps().max_cqe);
     return EINVAL;
   }
   // The ring keeps a spare slot, so it may exceed max_cqe; the engine is
@@ -445,7 +424,7 @@ int Device::op_create_cq(Client& c, const Request& r, Reply* out) {
   size_t bytes = ring_bytes(entries, sizeof(mroce_cqe));
   if ((err = check_ring_bytes(c, bytes, out))) return err;
   uint32_t cqn = 0;
-  err = engine_->create_cq(c.id, req.cqe, &cqn);
+  err = backend_->create_cq(c.id, req.cqe, &cqn);
   if (err) {
     out->reason = err == ENOMEM ? "no CQ numbers left" : "engine refused the CQ";
     return err;
@@ -455,7 +434,7 @@ int Device::op_create_cq(Client& c, const Request& r, Reply* out) {
   cq.user_handle = req.user_handle;
   err = cq.shm.create("metaroce-cq", bytes);
   if (err) {
-    engine_->destroy_cq(c.id, cqn);
+    backend_->destroy_cq(c.id, cqn);
     out->reason = "cannot create CQ ring memory";
     return err;
   }
@@ -474,7 +453,7 @@ int Device::op_create_cq(Client& c, const Request& r, Reply* out) {
 
 int Device::op_destroy_cq(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = not_ours(engine_->destroy_cq(c.id, req.handle), "CQ", req.handle, out);
+  int err = not_ours(backend_->destroy_cq(c.id, req.handle), "CQ", req.handle, out);
   if (err == EBUSY) out->reason = "CQ still used by a QP";
   if (err) return err;
   auto it = cqs_.find(req.handle);
@@ -508,7 +487,7 @@ int Device::op_create_qp(Client& c, const Request& r, Reply* out) {
   init.sq_sig_all = req.sq_sig_all != 0;
   uint32_t qpn = 0;
   fw::QpCap cap;
-  err = engine_->create_qp(c.id, init, &qpn, &cap);
+  err = backend_->create_qp(c.id, init, &qpn, &cap);
   if (err) {
     if (err == EINVAL) out->reason = "QP capabilities exceed the device's, or bad PD/CQ";
     return err;
@@ -518,7 +497,7 @@ int Device::op_create_qp(Client& c, const Request& r, Reply* out) {
   size_t sq_bytes = ring_bytes(sq_entries, sizeof(mroce_send_wqe));
   size_t rq_bytes = ring_bytes(rq_entries, sizeof(mroce_recv_wqe));
   if ((err = check_ring_bytes(c, sq_bytes + rq_bytes, out))) {
-    engine_->destroy_qp(c.id, qpn);
+    backend_->destroy_qp(c.id, qpn);
     return err;
   }
   QpState qp;
@@ -527,7 +506,7 @@ int Device::op_create_qp(Client& c, const Request& r, Reply* out) {
   qp.send_cqn = req.send_cqn;
   err = qp.shm.create("metaroce-qp", sq_bytes + rq_bytes);
   if (err) {
-    engine_->destroy_qp(c.id, qpn);
+    backend_->destroy_qp(c.id, qpn);
     out->reason = "cannot create QP ring memory";
     return err;
   }
@@ -566,7 +545,7 @@ int Device::op_modify_qp(Client& c, const Request& r, Reply* out) {
     out->reason = "path_mtu must be IBV_MTU_256..IBV_MTU_4096";
     return EINVAL;
   }
-  int err = engine_->modify_qp(c.id, req.qpn, to_fw(req.attr), req.attr.attr_mask);
+  int err = backend_->modify_qp(c.id, req.qpn, to_fw(req.attr), req.attr.attr_mask);
   if (err == EINVAL) out->reason = "invalid state transition or attribute for this transition";
   return err;
 }
@@ -575,7 +554,7 @@ int Device::op_query_qp(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
   fw::QpAttr attr;
   fw::QpInitAttr init;
-  int err = not_ours(engine_->query_qp(c.id, req.handle, &attr, &init), "QP", req.handle, out);
+  int err = not_ours(backend_->query_qp(c.id, req.handle, &attr, &init), "QP", req.handle, out);
   if (err) return err;
   mroce_query_qp_resp resp{};
   resp.attr = to_abi(attr);
@@ -586,7 +565,7 @@ int Device::op_query_qp(Client& c, const Request& r, Reply* out) {
 
 int Device::op_destroy_qp(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
-  int err = not_ours(engine_->destroy_qp(c.id, req.handle), "QP", req.handle, out);
+  int err = not_ours(backend_->destroy_qp(c.id, req.handle), "QP", req.handle, out);
   if (err) return err;
   auto it = qps_.find(req.handle);
   if (it != qps_.end()) {
@@ -600,40 +579,23 @@ int Device::op_destroy_qp(Client& c, const Request& r, Reply* out) {
 int Device::op_query_counters(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_query_counters_req, req);
   std::vector<mroce_counter> list;
-  if (req.qpn == 0xffffffffu) {
-    add_counters(engine_->counters(), &list);
-    auto add = [&](const char* name, uint64_t v) {
-      mroce_counter m{};
-      std::strncpy(m.name, name, sizeof(m.name) - 1);
-      m.value = v;
-      list.push_back(m);
-    };
-#define MROCE_X(name) add(#name, counters_.name);
+  if (req.qpn == hw::kDeviceCounters) {
+    std::vector<hw::NamedCounter> named;
+    if (int err = backend_->query_counters(hw::kDeviceCounters, &named)) {
+      out->reason = "the transport backend reports no device counters";
+      return err;
+    }
+    add_counters(named, &list);
+#define MROCE_X(name) named.push_back({#name, counters_.name});
+    named.clear();
     MROCE_DAEMON_COUNTERS(MROCE_X)
 #undef MROCE_X
-    const DmaStats& s = dma_.stats();
-    add("dma_read_calls", s.read_calls);
-    add("dma_read_bytes", s.read_bytes);
-    add("dma_read_cache_hits", s.read_cache_hits);
-    add("dma_write_calls", s.write_calls);
-    add("dma_write_bytes", s.write_bytes);
-    add("dma_faults", s.faults);
-    add("dma_write_faults", s.write_faults);
-    add("dma_client_gone", s.gone);
-    add("dma_write_in_place", s.write_in_place);
-    if (io_) {
-      io::IoStats io = io_->stats();
-      add("io_rx_frames", io.rx_frames);
-      add("io_rx_kernel_drops", io.rx_kernel_drops);
-      add("io_rx_invalid", io.rx_invalid);
-      add("io_tx_frames", io.tx_frames);
-      add("io_tx_ring_full", io.tx_ring_full);
-      add("io_tx_errors", io.tx_errors);
-      add("io_tx_kicks", io.tx_kicks);
-    }
+    add_counters(named, &list);
+    backend_->host_counters(&named);
+    add_counters(named, &list);
   } else {
-    fw::Counters qc;
-    int err = engine_->qp_counters(req.qpn, &qc);
+    std::vector<hw::NamedCounter> qc;
+    int err = backend_->query_counters(req.qpn, &qc);
     if (err) {
       out->reason = "no such QP";
       return err;
@@ -666,7 +628,7 @@ int Device::op_query_counters(Client& c, const Request& r, Reply* out) {
 }
 
 int Device::op_list_qps(Client& c, const Request& r, Reply* out) {
-  std::vector<uint32_t> qpns = engine_->qp_numbers();
+  std::vector<uint32_t> qpns = backend_->qp_numbers();
   uint32_t n = static_cast<uint32_t>(qpns.size());
   encode(n, &out->body);
   for (uint32_t q : qpns) encode(q, &out->body);
@@ -676,49 +638,14 @@ int Device::op_list_qps(Client& c, const Request& r, Reply* out) {
 // ---------------- data path ----------------
 
 int Device::poll_once() {
-  read_clock();
+  fw::Time now = read_clock();
   // Rings first: a receive the application posted before its peer's SEND
   // arrives must be in the engine when the SEND is processed, or the SEND
   // is refused with an RNR NAK and the sender backs off for min_rnr_timer
   // (ib_send_bw averaged 68 MB/s from exactly this: 58,759 RNR NAKs).
   int work = poll_rings();
-  work += poll_rx();
-  if (now() >= engine_->next_deadline()) {
-    engine_->on_timer();
-    work++;
-  }
-  engine_->pump();
-  flush_completions();
-  if (io_ && io_->tx_pending()) io_->tx_flush();
+  work += backend_->service(now);
   return work;
-}
-
-int Device::poll_rx() {
-  int total = 0;
-  // Frames this device sent to its own addresses (loopback QPs). Payload is
-  // written to memory straight from the frame, so frames live until the
-  // DMA flush below.
-  std::vector<std::vector<uint8_t>> done;
-  while (!loopback_.empty() && total < 256) {
-    done.push_back(std::move(loopback_.front()));
-    loopback_.pop_front();
-    const std::vector<uint8_t>& frame = done.back();
-    dma_.set_stable_source(frame.data(), frame.size());
-    engine_->on_frame(frame);
-    total++;
-  }
-  int n = io_ ? io_->rx_burst(rx_batch_) : 0;
-  for (int i = 0; i < n; i++) {
-    dma_.set_stable_source(rx_batch_[i].data, rx_batch_[i].len);
-    engine_->on_frame({rx_batch_[i].data, rx_batch_[i].len});
-  }
-  dma_.set_stable_source(nullptr, 0);
-  if (total + std::max(n, 0) > 0) dma_.flush();  // before the frames' memory is reused
-  if (n > 0) {
-    io_->rx_release();
-    total += n;
-  }
-  return total;
 }
 
 int Device::poll_rings() {
@@ -741,7 +668,7 @@ bool Device::ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t pr
   qp.ring_broken = true;
   fw::QpAttr err_state;
   err_state.qp_state = fw::QpState::kErr;
-  engine_->modify_qp(qp.owner, qpn, err_state, fw::kAttrState);
+  backend_->modify_qp(qp.owner, qpn, err_state, fw::kAttrState);
   async_event(fw::EventType::kQpFatal, qpn);
   return false;
 }
@@ -782,7 +709,7 @@ int Device::to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr, uint64_t** defec
 // completes in posting order, after the work before it, and moves the QP to
 // ERR. ENOMEM: the engine's SQ is full; it stays in the ring for a retry.
 int Device::reject_send(uint32_t qpn, QpState& qp, uint64_t wr_id) {
-  int err = engine_->post_send_error(qp.owner, qpn, wr_id, fw::WcStatus::kLocQpOpErr);
+  int err = backend_->post_send_error(qp.owner, qpn, wr_id, fw::WcStatus::kLocQpOpErr);
   if (err == ENOMEM) return err;
   counters_.wqe_rejected++;
   if (err) {  // SQ not open (RESET/INIT/RTR/SQE): no earlier work to wait for
@@ -801,7 +728,6 @@ int Device::drain_sq(uint32_t qpn, QpState& qp) {
   uint32_t prod = qp.sq.load_producer();  // read once: the client may change it meanwhile
   if (cons == prod) return 0;
   if (!ring_index_ok(qpn, qp, cons, prod, qp.sq.entries())) return 0;
-  dma_.invalidate(qp.owner);
   int n = 0;
   fw::SendWr wr;
   for (; cons != prod; cons++, n++) {
@@ -809,7 +735,7 @@ int Device::drain_sq(uint32_t qpn, QpState& qp) {
     std::memcpy(&w, qp.sq.slot(cons), sizeof(w));  // the client may scribble: copy first
     uint64_t* defect = nullptr;
     int err = to_send_wr(w, &wr, &defect);
-    if (!err) err = engine_->post_send(qp.owner, qpn, wr);
+    if (!err) err = backend_->post_send(qp.owner, qpn, wr);
     if (err == ENOMEM) break;  // engine queue full: leave it in the ring, retry later
     if (err && reject_send(qpn, qp, w.wr_id) == ENOMEM) break;
     if (defect) (*defect)++;  // counted once, when it left the ring
@@ -839,7 +765,7 @@ int Device::drain_rq(uint32_t qpn, QpState& qp) {
       for (uint32_t i = 0; i < wr.num_sge; i++) {
         wr.sg[i] = {w.sg[i].addr, w.sg[i].length, w.sg[i].lkey};
       }
-      err = engine_->post_recv(qp.owner, qpn, wr);
+      err = backend_->post_recv(qp.owner, qpn, wr);
     }
     if (err == ENOMEM) break;
     if (err) count_recv_refusal(qpn, qp, w.num_sge);
@@ -856,7 +782,7 @@ void Device::count_recv_refusal(uint32_t qpn, const QpState& qp, uint32_t num_sg
   counters_.wqe_rejected++;
   fw::QpAttr attr;
   fw::QpInitAttr init;
-  int err = num_sge > MROCE_MAX_SGE ? EINVAL : engine_->query_qp(qp.owner, qpn, &attr, &init);
+  int err = num_sge > MROCE_MAX_SGE ? EINVAL : backend_->query_qp(qp.owner, qpn, &attr, &init);
   if (num_sge > MROCE_MAX_SGE || (!err && num_sge > init.cap.max_recv_sge)) {
     counters_.wqe_bad_sge_count++;
   } else if (!err && attr.qp_state == fw::QpState::kReset) {
@@ -882,7 +808,11 @@ bool Device::prepare_sleep() {
       return false;
     }
   }
-  return loopback_.empty();
+  if (backend_->next_deadline() <= now()) {  // the backend has work due (e.g. loopback frames)
+    end_sleep();
+    return false;
+  }
+  return true;
 }
 
 void Device::end_sleep() {
@@ -892,48 +822,7 @@ void Device::end_sleep() {
   }
 }
 
-// ---------------- HAL ----------------
-
-void Device::send(const fw::OutPacket& p) {
-  proto::FrameHeaders h;
-  h.src_ip = p.src_ip;
-  h.dst_ip = p.dst_ip;
-  h.src_port = p.src_port;
-  h.dscp = p.dscp;
-  h.ttl = p.ttl;
-  bool local = false;
-  for (const auto& g : engine_->port().gids) local |= (g == p.dst_ip);
-  size_t len = proto::encap_length(h) + proto::transport_length(p.packet);
-  if (local) {
-    h.src_mac = h.dst_mac = link_ ? link_->local_mac() : proto::MacAddr{};
-    std::vector<uint8_t> frame(len);
-    if (proto::build_frame(h, p.packet, frame) == 0) return;
-    loopback_.push_back(std::move(frame));
-    return;
-  }
-  if (!io_ || !link_) return;
-  if (!link_->resolve(p.dst_ip, &h.dst_mac)) {
-    counters_.tx_drop_no_neighbor++;
-    return;
-  }
-  h.src_mac = link_->local_mac();
-  if (len > io_->max_frame()) {
-    counters_.tx_drop_too_big++;
-    return;
-  }
-  std::span<uint8_t> buf = io_->tx_alloc(static_cast<uint32_t>(len));
-  if (buf.empty()) {
-    io_->tx_flush();
-    buf = io_->tx_alloc(static_cast<uint32_t>(len));
-  }
-  if (buf.empty()) {
-    counters_.tx_drop_ring_full++;  // the engine's retransmission recovers it
-    return;
-  }
-  size_t n = proto::build_frame(h, p.packet, buf);
-  io_->tx_commit(static_cast<uint32_t>(n));
-  if (io_->tx_pending() >= 64) io_->tx_flush();
-}
+// ---------------- EventSink ----------------
 
 bool Device::complete(uint32_t cqn, const fw::Completion& wc) {
   auto it = cqs_.find(cqn);
@@ -963,12 +852,8 @@ bool Device::complete(uint32_t cqn, const fw::Completion& wc) {
   return true;
 }
 
-void Device::flush_completions() {
-  if (dirty_cqs_.empty()) {
-    dma_.flush();
-    return;
-  }
-  dma_.flush();  // data lands in memory before its completion is visible
+// Called by the backend once the data of these completions has landed.
+void Device::publish() {
   for (uint32_t cqn : dirty_cqs_) {
     auto it = cqs_.find(cqn);
     if (it == cqs_.end()) continue;
@@ -1013,7 +898,10 @@ void Device::async_event(fw::EventType type, uint32_t element) {
   if (c != clients_.end()) send_async(c->second, it->second.user_handle, type);
 }
 
-void Device::set_port(const fw::PortInfo& port) { engine_->set_port(port); }
+void Device::set_port(const fw::PortInfo& port) {
+  port_ = port;
+  backend_->set_port(port);
+}
 
 void Device::port_event(bool up) {
   for (auto& [id, c] : clients_) {
@@ -1024,9 +912,9 @@ void Device::port_event(bool up) {
 int Device::op_query_qp_transport(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
   fw::QpTransportStats t;
-  if (engine_->qp_transport(req.handle, now(), &t)) {
-    out->reason = "no such QP";
-    return ENOENT;
+  if (int err = backend_->qp_transport(req.handle, now(), &t)) {
+    out->reason = err == ENOENT ? "no such QP" : "the transport backend reports no transport state";
+    return err;
   }
   mroce_qp_transport_resp resp{};
   resp.srtt_ns = t.srtt;

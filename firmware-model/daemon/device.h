@@ -20,23 +20,14 @@
 #include <vector>
 
 #include "firmware-model/daemon/client_memory.h"
-#include "firmware-model/daemon/dma.h"
-#include "firmware-model/daemon/io/packet_io.h"
+#include "firmware-model/daemon/clock.h"
+#include "firmware-model/daemon/daemon_counters.h"
 #include "firmware-model/daemon/shm_ring.h"
-#include "firmware-model/engine/engine.h"
+#include "firmware-model/daemon/soft_nic.h"
+#include "firmware-model/hw/transport_backend.h"
 #include "firmware-model/uapi/metaroce_abi.h"
 
 namespace metaroce::daemon {
-
-// Next-hop resolution and local link facts (netlink in the daemon).
-class LinkInterface {
- public:
-  virtual ~LinkInterface() = default;
-  // The MAC to send to for destination ip; false when not (yet) known
-  // (resolution has been triggered; the engine's retransmission retries).
-  virtual bool resolve(const proto::IpAddr& ip, proto::MacAddr* mac) = 0;
-  virtual proto::MacAddr local_mac() const = 0;
-};
 
 struct ClientLimits {
   uint32_t max_pd = 1024, max_mr = 16384, max_cq = 1024, max_qp = 1024;
@@ -62,45 +53,17 @@ struct DeviceConfig {
   uint64_t link_bps = 25'000'000'000;
 };
 
-// Daemon counters, one per reason, from one table: the struct, the
-// QUERY_COUNTERS names and the SIGUSR1 dump cannot disagree.
-#define MROCE_DAEMON_COUNTERS(X)                                                      \
-  X(ctrl_requests)                                                                    \
-  X(ctrl_errors)                                                                      \
-  X(ctrl_malformed)                                                                   \
-  X(clients_opened)                                                                   \
-  X(clients_closed)                                                                   \
-  X(clients_refused_user_limit)  /* connections over --uid-max-connections */         \
-  X(limit_refused_client)        /* objects refused by a per-connection limit */      \
-  X(limit_refused_user)          /* objects refused by a per-uid limit */             \
-  X(channel_fd_refused)          /* CREATE_CQ channel fds of a kind that can block */ \
-  X(tx_drop_no_neighbor)                                                              \
-  X(tx_drop_ring_full)                                                                \
-  X(tx_drop_too_big)                                                                  \
-  X(reg_mr_refused)              /* range not mapped with that access, or unsafe */   \
-  X(ring_bad_producer)           /* SQ/RQ producer index beyond the ring: QP fatal */ \
-  X(wqe_bad_sge_count)           /* num_sge above MROCE_MAX_SGE */                    \
-  X(wqe_bad_inline_len)          /* inline_len above MROCE_MAX_INLINE */              \
-  X(wqe_rejected)                /* ring entries refused (SQ: error CQE; RQ: none) */ \
-  X(wqe_recv_in_reset)           /* receive ring entries of a QP in RESET */          \
-  X(wqe_recv_refused_other)      /* receive entries refused for any other reason */   \
-  X(cq_events)                                                                        \
-  X(cq_event_write_failed)       /* channel full or closed: never waited for */       \
-  X(async_events)                                                                     \
-  X(async_event_write_failed)                                                         \
-  X(doorbell_wakeups)
+// Builds the transport backend the device runs on: the one place where the
+// software engine and a hardware backend are interchangeable.
+using BackendFactory = std::function<std::unique_ptr<hw::TransportBackend>(
+    const fw::EngineConfig& config, const BackendEnv& env)>;
+// The soft NIC on this packet I/O (nullptr: loopback only).
+BackendFactory soft_nic_backend(io::PacketIo* io, LinkInterface* link);
 
-struct DaemonCounters {
-#define MROCE_X(name) uint64_t name = 0;
-  MROCE_DAEMON_COUNTERS(MROCE_X)
-#undef MROCE_X
-};
-
-class Device : fw::ClockInterface,
-               fw::PacketPortInterface,
-               fw::EventSinkInterface,
-               fw::RandomInterface {
+class Device : hw::EventSink {
  public:
+  Device(const DeviceConfig& config, BackendFactory make_backend, int doorbell_fd);
+  // On the soft NIC.
   Device(const DeviceConfig& config, io::PacketIo* io, LinkInterface* link, int doorbell_fd);
   ~Device() override;
 
@@ -148,18 +111,19 @@ class Device : fw::ClockInterface,
   // false if work arrived meanwhile (do not sleep).
   bool prepare_sleep();
   void end_sleep();
-  fw::Time next_deadline() const { return engine_->next_deadline(); }
+  fw::Time next_deadline() const { return backend_->next_deadline(); }
+  int wait_fd() const { return backend_->wait_fd(); }
 
   // ---- port ----
   void set_port(const fw::PortInfo& port);
   void port_event(bool up);  // async IBV_EVENT_PORT_ACTIVE / PORT_ERR to every client
 
-  const fw::Engine& engine() const { return *engine_; }
+  std::vector<uint32_t> qp_numbers() { return backend_->qp_numbers(); }
+  std::string describe_qp(uint32_t qpn) { return backend_->describe_qp(qpn); }
   const DaemonCounters& counters() const { return counters_; }
-  const DmaStats& dma_stats() const { return dma_.stats(); }
-  io::PacketIo* packet_io() const { return io_; }
-  fw::Time now() const override;
-  fw::Time read_clock() const;  // a fresh reading (also refreshes now())
+  SoftNic* soft_nic() const;  // nullptr on another backend
+  fw::Time now() const { return clock_.now(); }
+  fw::Time read_clock() const { return clock_.read(); }  // a fresh reading
 
  private:
   struct CqState {
@@ -188,15 +152,11 @@ class Device : fw::ClockInterface,
     uint64_t ring_bytes = 0;
   };
 
-  // HAL
-  void send(const fw::OutPacket& p) override;
+  // EventSink: CQEs into the CQ rings, events to the clients' async sockets.
   bool complete(uint32_t cqn, const fw::Completion& wc) override;
   void async_event(fw::EventType type, uint32_t element) override;
-  // Keys and path seeds: getrandom(2), read in batches (MR keys must not
-  // be guessable from earlier ones, docs/engine.md §Objects).
-  uint64_t next() override;
+  void publish() override;  // CQ producer indices and channel events
 
-  int poll_rx();
   int poll_rings();
   int drain_sq(uint32_t qpn, QpState& qp);
   int drain_rq(uint32_t qpn, QpState& qp);
@@ -214,7 +174,6 @@ class Device : fw::ClockInterface,
   int not_ours(int err, const char* what, uint32_t handle, Reply* out);
   void forget_ring_bytes(Client& c, uint64_t bytes);
   UserUsage& usage(const Client& c) { return users_[c.uid]; }
-  void flush_completions();
   void send_async(Client& c, uint64_t element, fw::EventType type);
 
   // control ops
@@ -237,25 +196,17 @@ class Device : fw::ClockInterface,
   mroce_port_attr port_attr() const;
 
   DeviceConfig config_;
-  io::PacketIo* io_;
-  LinkInterface* link_;
   int doorbell_fd_;
-  std::array<uint64_t, 64> random_{};
-  size_t random_left_ = 0;
-  ProcessDma dma_;
-  std::unique_ptr<fw::Engine> engine_;
+  MonotonicClock clock_;
+  fw::PortInfo port_;  // as last set: QUERY_PORT answers from it
+  std::unique_ptr<hw::TransportBackend> backend_;
   std::map<fw::OwnerId, Client> clients_;
   fw::OwnerId next_client_ = 1;
   std::map<uint32_t, CqState> cqs_;
   std::map<uint32_t, QpState> qps_;
   std::map<uid_t, UserUsage> users_;
   DaemonCounters counters_;
-  std::vector<io::RxFrame> rx_batch_;
   std::vector<uint32_t> dirty_cqs_;
-  std::deque<std::vector<uint8_t>> loopback_;  // frames to our own GIDs
-  static constexpr uint32_t kNowReuse = 16;
-  mutable fw::Time now_ = 0;
-  mutable uint32_t now_reads_ = 0;
 };
 
 }  // namespace metaroce::daemon
