@@ -3,10 +3,8 @@
 #include "firmware-model/uapi/convert.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -69,16 +67,32 @@ Device::Device(const DeviceConfig& config, io::PacketIo* io, LinkInterface* link
     : Device(config, soft_nic_backend(io, link), doorbell_fd) {}
 
 Device::Device(const DeviceConfig& config, BackendFactory make_backend, int doorbell_fd)
-    : config_(config), doorbell_fd_(doorbell_fd), port_(config.engine.port) {
+    : config_(config),
+      doorbell_fd_(doorbell_fd),
+      port_(config.engine.port),
+      pump_(counters_, [this](fw::OwnerId o) {
+        auto it = clients_.find(o);
+        return it == clients_.end() ? -1 : it->second.async_fd;
+      }) {
   BackendEnv env;
   env.clock = &clock_;
-  env.events = this;
+  env.events = &pump_;
   env.memory_of = [this](fw::OwnerId o) -> ClientMemory* {
     auto it = clients_.find(o);
     return it == clients_.end() ? nullptr : it->second.memory.get();
   };
   env.counters = &counters_;
   backend_ = make_backend(config_.engine, env);
+  pump_.set_backend(backend_.get());
+}
+
+bool Device::prepare_sleep() {
+  if (!pump_.prepare_sleep()) return false;
+  if (backend_->next_deadline() <= now()) {  // the backend has work due (e.g. loopback frames)
+    pump_.end_sleep();
+    return false;
+  }
+  return true;
 }
 
 Device::~Device() {
@@ -129,12 +143,8 @@ void Device::close_client(fw::OwnerId id) {
   if (it == clients_.end()) return;
   Client& c = it->second;
   backend_->destroy_owner(id);  // its QPs vanish; their peers see retry exhaustion
-  for (uint32_t qpn : c.qps) qps_.erase(qpn);
-  for (uint32_t cqn : c.cqs) {
-    auto cq = cqs_.find(cqn);
-    if (cq != cqs_.end() && cq->second.channel_fd >= 0) close(cq->second.channel_fd);
-    cqs_.erase(cqn);
-  }
+  for (uint32_t qpn : c.qps) pump_.remove_qp(qpn);
+  for (uint32_t cqn : c.cqs) pump_.remove_cq(cqn);
   if (c.async_fd >= 0) close(c.async_fd);
   UserUsage& u = usage(c);
   u.qps -= static_cast<uint32_t>(c.qps.size());
@@ -311,10 +321,6 @@ int Device::check_channel_fd(int fd, std::string* why) {
   return 0;
 }
 
-// One record to a client's channel or async socket; never waits.
-bool Device::send_record(int fd, const void* rec, size_t len) {
-  return ::send(fd, rec, len, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(len);
-}
 
 int Device::op_open(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_open_context_req, req);
@@ -429,20 +435,17 @@ int Device::op_create_cq(Client& c, const Request& r, Reply* out) {
     out->reason = err == ENOMEM ? "no CQ numbers left" : "engine refused the CQ";
     return err;
   }
-  CqState cq;
-  cq.owner = c.id;
-  cq.user_handle = req.user_handle;
-  err = cq.shm.create("metaroce-cq", bytes);
+  int ring_fd = -1;
+  size_t size = 0;
+  err = pump_.add_cq(cqn, c.id, req.user_handle, entries, bytes, req.has_channel ? r.fds[0] : -1,
+                     &ring_fd, &size);
   if (err) {
     backend_->destroy_cq(c.id, cqn);
     out->reason = "cannot create CQ ring memory";
     return err;
   }
-  cq.ring = RingView(cq.shm.base(), entries, sizeof(mroce_cqe));
-  if (req.has_channel) cq.channel_fd = fcntl(r.fds[0], F_DUPFD_CLOEXEC, 0);
-  mroce_create_cq_resp resp{cqn, entries, cq.shm.size()};
-  out->fds = {dup(cq.shm.fd())};
-  cqs_.emplace(cqn, std::move(cq));
+  mroce_create_cq_resp resp{cqn, entries, size};
+  out->fds = {ring_fd};
   c.cqs.insert(cqn);
   c.ring_bytes += bytes;
   usage(c).cqs++;
@@ -456,12 +459,7 @@ int Device::op_destroy_cq(Client& c, const Request& r, Reply* out) {
   int err = not_ours(backend_->destroy_cq(c.id, req.handle), "CQ", req.handle, out);
   if (err == EBUSY) out->reason = "CQ still used by a QP";
   if (err) return err;
-  auto it = cqs_.find(req.handle);
-  if (it != cqs_.end()) {
-    if (it->second.channel_fd >= 0) close(it->second.channel_fd);
-    forget_ring_bytes(c, it->second.shm.size());
-    cqs_.erase(it);
-  }
+  forget_ring_bytes(c, pump_.remove_cq(req.handle));
   if (c.cqs.erase(req.handle)) usage(c).cqs--;
   return 0;
 }
@@ -500,27 +498,23 @@ int Device::op_create_qp(Client& c, const Request& r, Reply* out) {
     backend_->destroy_qp(c.id, qpn);
     return err;
   }
-  QpState qp;
-  qp.owner = c.id;
-  qp.user_handle = req.user_handle;
-  qp.send_cqn = req.send_cqn;
-  err = qp.shm.create("metaroce-qp", sq_bytes + rq_bytes);
+  int ring_fd = -1;
+  size_t size = 0;
+  err = pump_.add_qp(qpn, c.id, req.user_handle, req.send_cqn, sq_entries, sq_bytes, rq_entries,
+                     rq_bytes, &ring_fd, &size);
   if (err) {
     backend_->destroy_qp(c.id, qpn);
     out->reason = "cannot create QP ring memory";
     return err;
   }
-  qp.sq = RingView(qp.shm.base(), sq_entries, sizeof(mroce_send_wqe));
-  qp.rq = RingView(qp.shm.base() + sq_bytes, rq_entries, sizeof(mroce_recv_wqe));
   mroce_create_qp_resp resp{};
   resp.qpn = qpn;
   resp.cap = to_abi(cap);
   resp.sq_entries = sq_entries;
   resp.rq_entries = rq_entries;
-  resp.ring_bytes = qp.shm.size();
+  resp.ring_bytes = size;
   resp.rq_offset = sq_bytes;
-  out->fds = {dup(qp.shm.fd())};
-  qps_.emplace(qpn, std::move(qp));
+  out->fds = {ring_fd};
   c.qps.insert(qpn);
   c.ring_bytes += sq_bytes + rq_bytes;
   usage(c).qps++;
@@ -536,11 +530,7 @@ int Device::op_modify_qp(Client& c, const Request& r, Reply* out) {
     return ENOENT;
   }
   // Work posted before a state change must reach the engine first.
-  auto it = qps_.find(req.qpn);
-  if (it != qps_.end()) {
-    drain_rq(req.qpn, it->second);
-    drain_sq(req.qpn, it->second);
-  }
+  pump_.drain(req.qpn);
   if ((req.attr.attr_mask & fw::kAttrPathMtu) && mtu_bytes(req.attr.path_mtu) == 0) {
     out->reason = "path_mtu must be IBV_MTU_256..IBV_MTU_4096";
     return EINVAL;
@@ -567,11 +557,7 @@ int Device::op_destroy_qp(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
   int err = not_ours(backend_->destroy_qp(c.id, req.handle), "QP", req.handle, out);
   if (err) return err;
-  auto it = qps_.find(req.handle);
-  if (it != qps_.end()) {
-    forget_ring_bytes(c, it->second.shm.size());
-    qps_.erase(it);
-  }
+  forget_ring_bytes(c, pump_.remove_qp(req.handle));
   if (c.qps.erase(req.handle)) usage(c).qps--;
   return 0;
 }
@@ -602,24 +588,9 @@ int Device::op_query_counters(Client& c, const Request& r, Reply* out) {
     }
     add_counters(qc, &list);
     // Ring indices: where the application and the NIC are in each queue.
-    auto it = qps_.find(req.qpn);
-    if (it != qps_.end()) {
-      auto add = [&](const char* name, uint64_t v) {
-        mroce_counter m{};
-        std::strncpy(m.name, name, sizeof(m.name) - 1);
-        m.value = v;
-        list.push_back(m);
-      };
-      add("sq_posted", it->second.sq.load_producer());
-      add("sq_consumed", it->second.sq_cons);
-      add("rq_posted", it->second.rq.load_producer());
-      add("rq_consumed", it->second.rq_cons);
-      auto cq = cqs_.find(it->second.send_cqn);
-      if (cq != cqs_.end()) {
-        add("send_cq_produced", cq->second.producer);
-        add("send_cq_consumed", cq->second.ring.load_consumer());
-      }
-    }
+    qc.clear();
+    pump_.ring_counters(req.qpn, &qc);
+    add_counters(qc, &list);
   }
   mroce_query_counters_resp resp{static_cast<uint32_t>(list.size()), 0};
   encode(resp, &out->body);
@@ -643,260 +614,26 @@ int Device::poll_once() {
   // arrives must be in the engine when the SEND is processed, or the SEND
   // is refused with an RNR NAK and the sender backs off for min_rnr_timer
   // (ib_send_bw averaged 68 MB/s from exactly this: 58,759 RNR NAKs).
-  int work = poll_rings();
+  int work = pump_.poll_rings();
   work += backend_->service(now);
   return work;
 }
 
-int Device::poll_rings() {
-  int work = 0;
-  for (auto& [qpn, qp] : qps_) {
-    work += drain_rq(qpn, qp);
-    work += drain_sq(qpn, qp);
-  }
-  return work;
-}
 
-// A producer index more than a ring ahead of our consumer is garbage: the
-// QP is fatal (as a NIC does on a corrupted queue), its rings are no longer
-// read, and the loop can sleep again (a scribbled index must not keep the
-// NIC spinning).
-bool Device::ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t prod,
-                           uint32_t entries) {
-  if (prod - cons <= entries) return true;
-  counters_.ring_bad_producer++;
-  qp.ring_broken = true;
-  fw::QpAttr err_state;
-  err_state.qp_state = fw::QpState::kErr;
-  backend_->modify_qp(qp.owner, qpn, err_state, fw::kAttrState);
-  async_event(fw::EventType::kQpFatal, qpn);
-  return false;
-}
 
-// Converts a WQE already copied out of the ring; 0, or EINVAL with *defect
-// the counter of its reason (the caller counts it once the WQE is consumed).
-int Device::to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr, uint64_t** defect) {
-  wr->wr_id = w.wr_id;
-  wr->opcode = static_cast<fw::WrOpcode>(w.opcode);  // range-checked by the engine
-  wr->send_flags = w.send_flags;
-  wr->imm = w.imm;
-  wr->remote_addr = w.remote_addr;
-  wr->rkey = w.rkey;
-  wr->compare_add = w.compare_add;
-  wr->swap = w.swap;
-  wr->inline_data.clear();
-  wr->num_sge = 0;
-  if (w.send_flags & fw::kSendInline) {
-    if (w.inline_len > MROCE_MAX_INLINE) {
-      *defect = &counters_.wqe_bad_inline_len;
-      return EINVAL;
-    }
-    wr->inline_data.assign(w.u.inline_data, w.u.inline_data + w.inline_len);
-    return 0;
-  }
-  if (w.num_sge > MROCE_MAX_SGE) {
-    *defect = &counters_.wqe_bad_sge_count;
-    return EINVAL;
-  }
-  wr->num_sge = w.num_sge;
-  for (uint32_t i = 0; i < w.num_sge; i++) {
-    wr->sg[i] = {w.u.sg[i].addr, w.u.sg[i].length, w.u.sg[i].lkey};
-  }
-  return 0;
-}
 
-// A WQE the converter or the engine refused. The engine queues it so it
-// completes in posting order, after the work before it, and moves the QP to
-// ERR. ENOMEM: the engine's SQ is full; it stays in the ring for a retry.
-int Device::reject_send(uint32_t qpn, QpState& qp, uint64_t wr_id) {
-  int err = backend_->post_send_error(qp.owner, qpn, wr_id, fw::WcStatus::kLocQpOpErr);
-  if (err == ENOMEM) return err;
-  counters_.wqe_rejected++;
-  if (err) {  // SQ not open (RESET/INIT/RTR/SQE): no earlier work to wait for
-    fw::Completion wc;
-    wc.wr_id = wr_id;
-    wc.status = fw::WcStatus::kLocQpOpErr;
-    wc.qp_num = qpn;
-    complete(qp.send_cqn, wc);
-  }
-  return 0;
-}
 
-int Device::drain_sq(uint32_t qpn, QpState& qp) {
-  if (qp.ring_broken) return 0;
-  uint32_t cons = qp.sq_cons;
-  uint32_t prod = qp.sq.load_producer();  // read once: the client may change it meanwhile
-  if (cons == prod) return 0;
-  if (!ring_index_ok(qpn, qp, cons, prod, qp.sq.entries())) return 0;
-  int n = 0;
-  fw::SendWr wr;
-  for (; cons != prod; cons++, n++) {
-    mroce_send_wqe w;
-    std::memcpy(&w, qp.sq.slot(cons), sizeof(w));  // the client may scribble: copy first
-    uint64_t* defect = nullptr;
-    int err = to_send_wr(w, &wr, &defect);
-    if (!err) err = backend_->post_send(qp.owner, qpn, wr);
-    if (err == ENOMEM) break;  // engine queue full: leave it in the ring, retry later
-    if (err && reject_send(qpn, qp, w.wr_id) == ENOMEM) break;
-    if (defect) (*defect)++;  // counted once, when it left the ring
-  }
-  qp.sq_cons = cons;
-  qp.sq.store_consumer(cons);
-  return n;
-}
 
-int Device::drain_rq(uint32_t qpn, QpState& qp) {
-  if (qp.ring_broken) return 0;
-  uint32_t cons = qp.rq_cons;
-  uint32_t prod = qp.rq.load_producer();
-  if (cons == prod) return 0;
-  if (!ring_index_ok(qpn, qp, cons, prod, qp.rq.entries())) return 0;
-  int n = 0;
-  fw::RecvWr wr;
-  for (; cons != prod; cons++, n++) {
-    mroce_recv_wqe w;
-    std::memcpy(&w, qp.rq.slot(cons), sizeof(w));
-    int err = 0;
-    if (w.num_sge > MROCE_MAX_SGE) {
-      err = EINVAL;
-    } else {
-      wr.wr_id = w.wr_id;
-      wr.num_sge = w.num_sge;
-      for (uint32_t i = 0; i < wr.num_sge; i++) {
-        wr.sg[i] = {w.sg[i].addr, w.sg[i].length, w.sg[i].lkey};
-      }
-      err = backend_->post_recv(qp.owner, qpn, wr);
-    }
-    if (err == ENOMEM) break;
-    if (err) count_recv_refusal(qpn, qp, w.num_sge);
-  }
-  qp.rq_cons = cons;
-  qp.rq.store_consumer(cons);
-  return n;
-}
 
-// A receive ring entry refused. No CQE can carry it (it never entered the
-// RQ), so it is counted by reason: too many SGEs (above MROCE_MAX_SGE or the
-// QP's max_recv_sge), a QP in RESET, or anything else the engine refused.
-void Device::count_recv_refusal(uint32_t qpn, const QpState& qp, uint32_t num_sge) {
-  counters_.wqe_rejected++;
-  fw::QpAttr attr;
-  fw::QpInitAttr init;
-  int err = num_sge > MROCE_MAX_SGE ? EINVAL : backend_->query_qp(qp.owner, qpn, &attr, &init);
-  if (num_sge > MROCE_MAX_SGE || (!err && num_sge > init.cap.max_recv_sge)) {
-    counters_.wqe_bad_sge_count++;
-  } else if (!err && attr.qp_state == fw::QpState::kReset) {
-    counters_.wqe_recv_in_reset++;
-  } else {
-    counters_.wqe_recv_refused_other++;
-  }
-}
 
-bool Device::qp_has_work(const QpState& qp) const {
-  return !qp.ring_broken &&
-         (qp.sq.load_producer() != qp.sq_cons || qp.rq.load_producer() != qp.rq_cons);
-}
 
-bool Device::prepare_sleep() {
-  for (auto& [qpn, qp] : qps_) {
-    RingView::ref(qp.sq.hdr()->nic_sleeping).store(1, std::memory_order_seq_cst);
-    RingView::ref(qp.rq.hdr()->nic_sleeping).store(1, std::memory_order_seq_cst);
-  }
-  for (auto& [qpn, qp] : qps_) {
-    if (qp_has_work(qp)) {
-      end_sleep();
-      return false;
-    }
-  }
-  if (backend_->next_deadline() <= now()) {  // the backend has work due (e.g. loopback frames)
-    end_sleep();
-    return false;
-  }
-  return true;
-}
 
-void Device::end_sleep() {
-  for (auto& [qpn, qp] : qps_) {
-    RingView::ref(qp.sq.hdr()->nic_sleeping).store(0, std::memory_order_relaxed);
-    RingView::ref(qp.rq.hdr()->nic_sleeping).store(0, std::memory_order_relaxed);
-  }
-}
 
 // ---------------- EventSink ----------------
 
-bool Device::complete(uint32_t cqn, const fw::Completion& wc) {
-  auto it = cqs_.find(cqn);
-  if (it == cqs_.end()) return true;  // owner gone: nothing to deliver to
-  CqState& cq = it->second;
-  uint32_t cons = cq.ring.load_consumer();
-  if (cq.producer - cons >= cq.ring.entries()) {
-    RingView::ref(cq.ring.hdr()->overflow).store(1, std::memory_order_release);
-    return false;
-  }
-  mroce_cqe e{};
-  e.wr_id = wc.wr_id;
-  e.status = static_cast<uint32_t>(wc.status);
-  e.opcode = static_cast<uint32_t>(wc.opcode);
-  e.vendor_err = wc.vendor_err;
-  e.byte_len = wc.byte_len;
-  e.imm = wc.imm;
-  e.qp_num = wc.qp_num;
-  e.src_qp = wc.src_qp;
-  e.wc_flags = wc.wc_flags;
-  std::memcpy(cq.ring.slot(cq.producer), &e, sizeof(e));
-  cq.producer++;
-  if (!cq.dirty) {
-    cq.dirty = true;
-    dirty_cqs_.push_back(cqn);
-  }
-  return true;
-}
 
-// Called by the backend once the data of these completions has landed.
-void Device::publish() {
-  for (uint32_t cqn : dirty_cqs_) {
-    auto it = cqs_.find(cqn);
-    if (it == cqs_.end()) continue;
-    CqState& cq = it->second;
-    cq.dirty = false;
-    cq.ring.store_producer(cq.producer);
-    uint32_t& armed = cq.ring.hdr()->armed;
-    if (cq.channel_fd >= 0 && RingView::ref(armed).load(std::memory_order_seq_cst) != 0 &&
-        RingView::ref(armed).exchange(0, std::memory_order_seq_cst) != 0) {
-      uint64_t handle = cq.user_handle;
-      if (send_record(cq.channel_fd, &handle, sizeof(handle))) {
-        counters_.cq_events++;
-      } else {
-        counters_.cq_event_write_failed++;
-      }
-    }
-  }
-  dirty_cqs_.clear();
-}
 
-void Device::send_async(Client& c, uint64_t element, fw::EventType type) {
-  if (c.async_fd < 0) return;
-  mroce_async_event ev{element, static_cast<uint32_t>(type), 0};
-  if (send_record(c.async_fd, &ev, sizeof(ev))) {
-    counters_.async_events++;
-  } else {
-    counters_.async_event_write_failed++;
-  }
-}
 
-void Device::async_event(fw::EventType type, uint32_t element) {
-  if (type == fw::EventType::kCqErr) {
-    auto it = cqs_.find(element);
-    if (it == cqs_.end()) return;
-    auto c = clients_.find(it->second.owner);
-    if (c != clients_.end()) send_async(c->second, it->second.user_handle, type);
-    return;
-  }
-  auto it = qps_.find(element);
-  if (it == qps_.end()) return;
-  auto c = clients_.find(it->second.owner);
-  if (c != clients_.end()) send_async(c->second, it->second.user_handle, type);
-}
 
 void Device::set_port(const fw::PortInfo& port) {
   port_ = port;
@@ -905,7 +642,7 @@ void Device::set_port(const fw::PortInfo& port) {
 
 void Device::port_event(bool up) {
   for (auto& [id, c] : clients_) {
-    send_async(c, 1, up ? fw::EventType::kPortActive : fw::EventType::kPortErr);
+    pump_.send_async(c.async_fd, 1, up ? fw::EventType::kPortActive : fw::EventType::kPortErr);
   }
 }
 

@@ -1,9 +1,10 @@
-// One MetaRoCE device (metaroceN) inside the soft-NIC daemon: hosts a
-// transport engine and gives it the outside world (docs/daemon.md):
-//   - packets through a PacketIo backend (AF_XDP / AF_PACKET),
-//   - DMA through ProcessDma,
-//   - doorbells and completions through shared-memory rings,
-//   - control-plane requests from clients (ControlServer calls handle()).
+// One MetaRoCE device (metaroceN) inside the daemon (docs/daemon.md §Roles):
+//   - the control plane (this class): client contexts, limits and the
+//     device-ABI control operations, answered through the backend;
+//   - the queue pump (QueuePump): the shared SQ/RQ/CQ rings <-> the backend;
+//   - the transport backend (hw::TransportBackend): the soft NIC (SoftNic:
+//     engine, packets, DMA) or silicon, built by one BackendFactory.
+// ControlServer calls handle(); DaemonLoop calls poll_once().
 // Single-threaded: every method runs on the daemon's loop thread.
 #pragma once
 
@@ -22,6 +23,7 @@
 #include "firmware-model/daemon/client_memory.h"
 #include "firmware-model/daemon/clock.h"
 #include "firmware-model/daemon/daemon_counters.h"
+#include "firmware-model/daemon/queue_pump.h"
 #include "firmware-model/daemon/shm_ring.h"
 #include "firmware-model/daemon/soft_nic.h"
 #include "firmware-model/hw/transport_backend.h"
@@ -60,12 +62,12 @@ using BackendFactory = std::function<std::unique_ptr<hw::TransportBackend>(
 // The soft NIC on this packet I/O (nullptr: loopback only).
 BackendFactory soft_nic_backend(io::PacketIo* io, LinkInterface* link);
 
-class Device : hw::EventSink {
+class Device {
  public:
   Device(const DeviceConfig& config, BackendFactory make_backend, int doorbell_fd);
   // On the soft NIC.
   Device(const DeviceConfig& config, io::PacketIo* io, LinkInterface* link, int doorbell_fd);
-  ~Device() override;
+  ~Device();
 
   // ---- clients (control plane) ----
   struct Client {
@@ -110,7 +112,7 @@ class Device : hw::EventSink {
   // Announce sleep on every ring (nic_sleeping), then re-check: returns
   // false if work arrived meanwhile (do not sleep).
   bool prepare_sleep();
-  void end_sleep();
+  void end_sleep() { pump_.end_sleep(); }
   fw::Time next_deadline() const { return backend_->next_deadline(); }
   int wait_fd() const { return backend_->wait_fd(); }
 
@@ -126,47 +128,13 @@ class Device : hw::EventSink {
   fw::Time read_clock() const { return clock_.read(); }  // a fresh reading
 
  private:
-  struct CqState {
-    fw::OwnerId owner = 0;
-    uint64_t user_handle = 0;
-    int channel_fd = -1;
-    ShmRegion shm;
-    RingView ring;
-    uint32_t producer = 0;   // local copy; published in flush_completions()
-    bool dirty = false;
-  };
-  struct QpState {
-    fw::OwnerId owner = 0;
-    uint64_t user_handle = 0;
-    uint32_t send_cqn = 0;
-    ShmRegion shm;
-    RingView sq, rq;
-    // Our consumer indices. The shared header's copies are only published:
-    // the client can write them too, so they are never read back.
-    uint32_t sq_cons = 0, rq_cons = 0;
-    bool ring_broken = false;  // a corrupted index: QP fatal, rings no longer read
-  };
   // What one uid holds over all its connections (checked against UserLimits).
   struct UserUsage {
     uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, connections = 0;
     uint64_t ring_bytes = 0;
   };
 
-  // EventSink: CQEs into the CQ rings, events to the clients' async sockets.
-  bool complete(uint32_t cqn, const fw::Completion& wc) override;
-  void async_event(fw::EventType type, uint32_t element) override;
-  void publish() override;  // CQ producer indices and channel events
-
-  int poll_rings();
-  int drain_sq(uint32_t qpn, QpState& qp);
-  int drain_rq(uint32_t qpn, QpState& qp);
-  bool ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t prod, uint32_t entries);
-  int to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr, uint64_t** defect);
-  int reject_send(uint32_t qpn, QpState& qp, uint64_t wr_id);
-  void count_recv_refusal(uint32_t qpn, const QpState& qp, uint32_t num_sge);
-  bool qp_has_work(const QpState& qp) const;
   int check_channel_fd(int fd, std::string* why);
-  bool send_record(int fd, const void* rec, size_t len);
   // 0, or ENOMEM with the reason naming the limit and the option to raise.
   int check_limits(const Client& c, const char* what, size_t have, uint32_t client_max,
                    uint32_t UserUsage::*used, uint32_t UserLimits::*user_max, Reply* out);
@@ -174,7 +142,6 @@ class Device : hw::EventSink {
   int not_ours(int err, const char* what, uint32_t handle, Reply* out);
   void forget_ring_bytes(Client& c, uint64_t bytes);
   UserUsage& usage(const Client& c) { return users_[c.uid]; }
-  void send_async(Client& c, uint64_t element, fw::EventType type);
 
   // control ops
   int op_open(Client& c, const Request& r, Reply* out);
@@ -199,14 +166,12 @@ class Device : hw::EventSink {
   int doorbell_fd_;
   MonotonicClock clock_;
   fw::PortInfo port_;  // as last set: QUERY_PORT answers from it
-  std::unique_ptr<hw::TransportBackend> backend_;
+  DaemonCounters counters_;
   std::map<fw::OwnerId, Client> clients_;
   fw::OwnerId next_client_ = 1;
-  std::map<uint32_t, CqState> cqs_;
-  std::map<uint32_t, QpState> qps_;
   std::map<uid_t, UserUsage> users_;
-  DaemonCounters counters_;
-  std::vector<uint32_t> dirty_cqs_;
+  QueuePump pump_;
+  std::unique_ptr<hw::TransportBackend> backend_;  // destroyed before the pump it delivers to
 };
 
 }  // namespace metaroce::daemon
