@@ -1,5 +1,7 @@
 #include "firmware-model/daemon/queue_pump.h"
 
+#include "firmware-model/uapi/convert.h"
+
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -110,36 +112,16 @@ bool QueuePump::ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t
   return false;
 }
 
-// Converts a WQE already copied out of the ring; 0, or EINVAL with *defect
-// the counter of its reason (the caller counts it once the WQE is consumed).
+// Converts a WQE already copied out of the ring (uapi::to_fw); 0, or EINVAL
+// with *defect the counter of its reason (the caller counts it once the WQE
+// is consumed).
 int QueuePump::to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr, uint64_t** defect) {
-  wr->wr_id = w.wr_id;
-  wr->opcode = static_cast<fw::WrOpcode>(w.opcode);  // range-checked by the engine
-  wr->send_flags = w.send_flags;
-  wr->imm = w.imm;
-  wr->remote_addr = w.remote_addr;
-  wr->rkey = w.rkey;
-  wr->compare_add = w.compare_add;
-  wr->swap = w.swap;
-  wr->inline_data.clear();
-  wr->num_sge = 0;
-  if (w.send_flags & fw::kSendInline) {
-    if (w.inline_len > MROCE_MAX_INLINE) {
-      *defect = &counters_.wqe_bad_inline_len;
-      return EINVAL;
-    }
-    wr->inline_data.assign(w.u.inline_data, w.u.inline_data + w.inline_len);
-    return 0;
+  switch (uapi::to_fw(w, wr)) {
+    case uapi::WqeDefect::kNone: return 0;
+    case uapi::WqeDefect::kBadInlineLen: *defect = &counters_.wqe_bad_inline_len; break;
+    case uapi::WqeDefect::kBadSgeCount: *defect = &counters_.wqe_bad_sge_count; break;
   }
-  if (w.num_sge > MROCE_MAX_SGE) {
-    *defect = &counters_.wqe_bad_sge_count;
-    return EINVAL;
-  }
-  wr->num_sge = w.num_sge;
-  for (uint32_t i = 0; i < w.num_sge; i++) {
-    wr->sg[i] = {w.u.sg[i].addr, w.u.sg[i].length, w.u.sg[i].lkey};
-  }
-  return 0;
+  return EINVAL;
 }
 
 // A WQE the converter or the engine refused. The engine queues it so it
@@ -193,17 +175,9 @@ int QueuePump::drain_rq(uint32_t qpn, QpState& qp) {
   for (; cons != prod; cons++, n++) {
     mroce_recv_wqe w;
     std::memcpy(&w, qp.rq.slot(cons), sizeof(w));
-    int err = 0;
-    if (w.num_sge > MROCE_MAX_SGE) {
-      err = EINVAL;
-    } else {
-      wr.wr_id = w.wr_id;
-      wr.num_sge = w.num_sge;
-      for (uint32_t i = 0; i < wr.num_sge; i++) {
-        wr.sg[i] = {w.sg[i].addr, w.sg[i].length, w.sg[i].lkey};
-      }
-      err = backend_->post_recv(qp.owner, qpn, wr);
-    }
+    int err = uapi::to_fw(w, &wr) == uapi::WqeDefect::kNone
+                  ? backend_->post_recv(qp.owner, qpn, wr)
+                  : EINVAL;  // counted by count_recv_refusal
     if (err == ENOMEM) break;
     if (err) count_recv_refusal(qpn, qp, w.num_sge);
   }
@@ -264,16 +238,7 @@ bool QueuePump::complete(uint32_t cqn, const fw::Completion& wc) {
     RingView::ref(cq.ring.hdr()->overflow).store(1, std::memory_order_release);
     return false;
   }
-  mroce_cqe e{};
-  e.wr_id = wc.wr_id;
-  e.status = static_cast<uint32_t>(wc.status);
-  e.opcode = static_cast<uint32_t>(wc.opcode);
-  e.vendor_err = wc.vendor_err;
-  e.byte_len = wc.byte_len;
-  e.imm = wc.imm;
-  e.qp_num = wc.qp_num;
-  e.src_qp = wc.src_qp;
-  e.wc_flags = wc.wc_flags;
+  mroce_cqe e = uapi::to_abi(wc);
   std::memcpy(cq.ring.slot(cq.producer), &e, sizeof(e));
   cq.producer++;
   if (!cq.dirty) {

@@ -52,27 +52,6 @@ mroce_qp_attr to_abi(const fw::QpAttr& q, uint32_t mask) {
   return a;
 }
 
-// fw::SendWr -> the WQE silicon DMA-reads (the same bytes the provider
-// writes for the soft NIC).
-mroce_send_wqe encode(const fw::SendWr& wr) {
-  mroce_send_wqe w{};
-  w.wr_id = wr.wr_id;
-  w.opcode = static_cast<uint8_t>(wr.opcode);
-  w.send_flags = wr.send_flags;
-  w.imm = wr.imm;
-  w.rkey = wr.rkey;
-  w.remote_addr = wr.remote_addr;
-  w.compare_add = wr.compare_add;
-  w.swap = wr.swap;
-  if (wr.send_flags & fw::kSendInline) {
-    w.inline_len = static_cast<uint16_t>(wr.inline_data.size());
-    std::memcpy(w.u.inline_data, wr.inline_data.data(), wr.inline_data.size());
-  } else {
-    w.num_sge = static_cast<uint8_t>(wr.num_sge);
-    for (uint32_t i = 0; i < wr.num_sge; i++) w.u.sg[i] = {wr.sg[i].addr, wr.sg[i].length, wr.sg[i].lkey};
-  }
-  return w;
-}
 
 }  // namespace
 
@@ -424,7 +403,7 @@ int HwOffloadBackend::post_send(fw::OwnerId owner, uint32_t qpn, const fw::SendW
   if (!up_) return fail(ENODEV, "post_send: the device is not up");
   if (wr.num_sge > MROCE_MAX_SGE || wr.inline_data.size() > MROCE_MAX_INLINE)
     return fail(EINVAL, "post_send: too many SGEs or too much inline data");
-  return post_wqe(owner, qpn, encode(wr), "post_send");
+  return post_wqe(owner, qpn, to_abi(wr), "post_send");  // the bytes the provider writes
 }
 
 // The refused WR travels as a WQE the device only completes: in posting
@@ -462,10 +441,7 @@ int HwOffloadBackend::post_recv(fw::OwnerId owner, uint32_t qpn, const fw::RecvW
   Ring& rq = it->second.rq;
   uint32_t prod = rq.hdr()->producer;
   if (prod - load_acquire(rq.hdr()->consumer) >= rq.entries) return ENOMEM;
-  mroce_recv_wqe w{};
-  w.wr_id = wr.wr_id;
-  w.num_sge = wr.num_sge;
-  for (uint32_t i = 0; i < wr.num_sge; i++) w.sg[i] = {wr.sg[i].addr, wr.sg[i].length, wr.sg[i].lkey};
+  mroce_recv_wqe w = to_abi(wr);
   std::memcpy(rq.slot(prod), &w, sizeof(w));
   store_release(rq.hdr()->producer, prod + 1);
   bar0_.write32(qp_db(qpn) + MROCE_DB_RQ_PI, prod + 1);
@@ -488,17 +464,7 @@ int HwOffloadBackend::harvest_cq(uint32_t cqn, Cq& cq) {
   for (; cons != prod; cons++, n++) {
     mroce_cqe e;
     std::memcpy(&e, r.slot(cons), sizeof(e));
-    fw::Completion wc;
-    wc.wr_id = e.wr_id;
-    wc.status = static_cast<fw::WcStatus>(e.status);
-    wc.opcode = static_cast<fw::WcOpcode>(e.opcode);
-    wc.vendor_err = e.vendor_err;
-    wc.byte_len = e.byte_len;
-    wc.imm = e.imm;
-    wc.qp_num = e.qp_num;
-    wc.src_qp = e.src_qp;
-    wc.wc_flags = e.wc_flags;
-    if (!events_.complete(cqn, wc)) break;  // the host's CQ is full: keep it for later
+    if (!events_.complete(cqn, to_fw(e))) break;  // the host's CQ is full: keep it for later
   }
   if (n) {
     store_release(r.hdr()->consumer, cons);

@@ -24,6 +24,24 @@ fw::QpCap to_fw(const mroce_qp_cap& c);
 mroce_qp_attr to_abi(const fw::QpAttr& q);
 fw::QpAttr to_fw(const mroce_qp_attr& a);
 
+// Work requests and completions: the ring slots of docs/device-abi.md §3.1
+// <-> the engine's. The one place these are converted, for the soft NIC
+// (which reads WQEs and writes CQEs) and the hardware backend (which writes
+// WQEs and reads CQEs). Enumerations keep their verbs values both ways.
+//
+// A WQE from a ring is the application's and may be anything: converting it
+// checks the bounds its layout imposes and names the first it breaks (the
+// engine checks the rest: opcode, SGE count against the QP's caps, ...).
+enum class WqeDefect { kNone, kBadSgeCount, kBadInlineLen };
+WqeDefect to_fw(const mroce_send_wqe& w, fw::SendWr* wr);
+WqeDefect to_fw(const mroce_recv_wqe& w, fw::RecvWr* wr);
+// From a WR the engine's types already bound (num_sge <= MROCE_MAX_SGE,
+// inline data <= MROCE_MAX_INLINE: the caller checks).
+mroce_send_wqe to_abi(const fw::SendWr& wr);
+mroce_recv_wqe to_abi(const fw::RecvWr& wr);
+mroce_cqe to_abi(const fw::Completion& wc);
+fw::Completion to_fw(const mroce_cqe& e);
+
 struct NamedCounter {
   std::string name;
   uint64_t value = 0;
