@@ -161,38 +161,9 @@ fw::Completion to_fw(const mroce_cqe& e) {
 
 std::vector<NamedCounter> named_counters(const fw::Counters& c) {
   return {
-      {"tx_packets", c.tx_packets},
-      {"tx_bytes", c.tx_bytes},
-      {"rx_packets", c.rx_packets},
-      {"rx_bytes", c.rx_bytes},
-      {"rx_drop_parse", c.rx_drop_parse},
-      {"rx_drop_bad_icrc", c.rx_drop_bad_icrc},
-      {"rx_drop_unknown_qp", c.rx_drop_unknown_qp},
-      {"rx_drop_qp_state", c.rx_drop_qp_state},
-      {"rx_drop_duplicate", c.rx_drop_duplicate},
-      {"rx_drop_out_of_window", c.rx_drop_out_of_window},
-      {"rx_nak_access", c.rx_nak_access},
-      {"rx_nak_invalid", c.rx_nak_invalid},
-      {"rx_nak_rnr", c.rx_nak_rnr},
-      {"tx_retransmits", c.tx_retransmits},
-      {"fast_retransmits", c.fast_retransmits},
-      {"timeouts", c.timeouts},
-      {"rnr_retries", c.rnr_retries},
-      {"ecn_marks_seen", c.ecn_marks_seen},
-      {"atomic_replays", c.atomic_replays},
-      {"cq_overflows", c.cq_overflows},
-      {"local_errors", c.local_errors},
-      {"rx_drop_unexpected", c.rx_drop_unexpected},
-      {"rx_drop_not_request", c.rx_drop_not_request},
-      {"tail_loss_probes", c.tail_loss_probes},
-      {"rx_drop_unordered", c.rx_drop_unordered},
-      {"rx_drop_wrong_source", c.rx_drop_wrong_source},
-      {"rx_drop_ack_stale", c.rx_drop_ack_stale},
-      {"rx_drop_ack_out_of_range", c.rx_drop_ack_out_of_range},
-      {"rx_drop_nack_out_of_range", c.rx_drop_nack_out_of_range},
-      {"rx_drop_resp_out_of_range", c.rx_drop_resp_out_of_range},
-      {"rx_drop_read_queue_full", c.rx_drop_read_queue_full},
-      {"rx_drop_owner_gone", c.rx_drop_owner_gone},
+#define MROCE_X(name) {#name, c.name},
+      MROCE_ENGINE_COUNTERS(MROCE_X)
+#undef MROCE_X
   };
 }
 

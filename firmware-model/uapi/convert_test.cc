@@ -4,6 +4,7 @@
 #include "firmware-model/uapi/convert.h"
 
 #include <doctest/doctest.h>
+#include <set>
 
 namespace metaroce::uapi {
 namespace {
@@ -108,6 +109,24 @@ TEST_CASE("cqe__round_trip_keeps_every_field") {
   CHECK(back.qp_num == 17);
   CHECK(back.src_qp == 18);
   CHECK(back.wc_flags == 2);
+}
+
+TEST_CASE("named_counters__one_name_per_field_each_with_its_own_value") {
+  fw::Counters c;
+  c.tx_packets = 1;
+  c.rx_drop_read_queue_full = 2;
+  c.rx_drop_owner_gone = 3;
+  std::vector<NamedCounter> n = named_counters(c);
+  REQUIRE(n.size() == kEngineCounters);
+  std::set<std::string> names;
+  for (const NamedCounter& x : n) names.insert(x.name);
+  CHECK(names.size() == n.size());
+  CHECK(n.front().name == "tx_packets");
+  CHECK(n.front().value == 1);
+  CHECK(n[kEngineCounters - 2].name == "rx_drop_read_queue_full");
+  CHECK(n[kEngineCounters - 2].value == 2);
+  CHECK(n.back().name == "rx_drop_owner_gone");
+  CHECK(n.back().value == 3);
 }
 
 }  // namespace
