@@ -575,7 +575,7 @@ TEST_CASE("channel__a_blocking_socket_nobody_reads_never_blocks_the_daemon") {
   Qp q = make_qp(f, p.pdn, Cq{resp.cqn, ring});
   connect(f, q, p.b.qpn);
   for (uint32_t i = 0; i < 40; i++) {
-    RingView::ref(ring.hdr()->armed).store(1);
+    ring.arm(MROCE_CQ_ARM_ANY);
     auto* w = static_cast<mroce_send_wqe*>(q.sq.slot(i));
     *w = {};
     w->wr_id = i;

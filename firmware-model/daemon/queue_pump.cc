@@ -210,8 +210,8 @@ bool QueuePump::qp_has_work(const QpState& qp) const {
 
 bool QueuePump::prepare_sleep() {
   for (auto& [qpn, qp] : qps_) {
-    RingView::ref(qp.sq.hdr()->nic_sleeping).store(1, std::memory_order_seq_cst);
-    RingView::ref(qp.rq.hdr()->nic_sleeping).store(1, std::memory_order_seq_cst);
+    qp.sq.announce_sleep();
+    qp.rq.announce_sleep();
   }
   for (auto& [qpn, qp] : qps_) {
     if (qp_has_work(qp)) {
@@ -224,8 +224,8 @@ bool QueuePump::prepare_sleep() {
 
 void QueuePump::end_sleep() {
   for (auto& [qpn, qp] : qps_) {
-    RingView::ref(qp.sq.hdr()->nic_sleeping).store(0, std::memory_order_relaxed);
-    RingView::ref(qp.rq.hdr()->nic_sleeping).store(0, std::memory_order_relaxed);
+    qp.sq.end_sleep();
+    qp.rq.end_sleep();
   }
 }
 
@@ -235,7 +235,7 @@ bool QueuePump::complete(uint32_t cqn, const fw::Completion& wc) {
   CqState& cq = it->second;
   uint32_t cons = cq.ring.load_consumer();
   if (cq.producer - cons >= cq.ring.entries()) {
-    RingView::ref(cq.ring.hdr()->overflow).store(1, std::memory_order_release);
+    cq.ring.set_overflow();
     return false;
   }
   mroce_cqe e = uapi::to_abi(wc);
@@ -258,9 +258,7 @@ void QueuePump::publish() {
     CqState& cq = it->second;
     cq.dirty = false;
     cq.ring.store_producer(cq.producer);
-    uint32_t& armed = cq.ring.hdr()->armed;
-    if (cq.channel_fd >= 0 && RingView::ref(armed).load(std::memory_order_seq_cst) != 0 &&
-        RingView::ref(armed).exchange(0, std::memory_order_seq_cst) != 0) {
+    if (cq.channel_fd >= 0 && cq.ring.take_arm()) {
       uint64_t handle = cq.user_handle;
       if (send_record(cq.channel_fd, &handle, sizeof(handle))) {
         counters_.cq_events++;

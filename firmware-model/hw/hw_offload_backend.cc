@@ -35,8 +35,6 @@ const char* admin_name(uint16_t op) {
 
 // Index ownership and ordering as docs/device-abi.md §Rings: the producer
 // store-releases its index after the slot; the consumer load-acquires it.
-uint32_t load_acquire(uint32_t& v) { return std::atomic_ref<uint32_t>(v).load(std::memory_order_acquire); }
-void store_release(uint32_t& v, uint32_t x) { std::atomic_ref<uint32_t>(v).store(x, std::memory_order_release); }
 uint8_t load_phase(uint8_t& v) { return std::atomic_ref<uint8_t>(v).load(std::memory_order_acquire); }
 
 // The phase a valid entry at free-running index i carries: 1 on the
@@ -63,11 +61,8 @@ DmaBuffer::DmaBuffer(size_t bytes) : size_((bytes + kPage - 1) / kPage * kPage) 
 
 HwOffloadBackend::Ring HwOffloadBackend::make_ring(uint32_t entries, uint32_t entry_size) {
   Ring r;
-  r.entries = entries;
-  r.entry_size = entry_size;
   r.mem = DmaBuffer(sizeof(mroce_ring_hdr) + size_t{entries} * entry_size);
-  r.hdr()->entries = entries;
-  r.hdr()->entry_size = entry_size;
+  mroce_ring_init(&r.view, r.mem.data(), entries, entry_size);
   return r;
 }
 
@@ -290,7 +285,7 @@ int HwOffloadBackend::create_cq(fw::OwnerId owner, uint32_t entries, uint32_t* c
   Cq cq;
   cq.owner = owner;
   cq.ring = make_ring(round_up_pow2(entries), sizeof(mroce_cqe));
-  mroce_hw_create_cq in{cq.ring.mem.iova(), cq.ring.entries, 0};
+  mroce_hw_create_cq in{cq.ring.mem.iova(), cq.ring.view.entries, 0};
   Admin a;
   a.op = MROCE_ADMIN_CREATE_CQ;
   a.owner = owner;
@@ -326,8 +321,8 @@ int HwOffloadBackend::create_qp(fw::OwnerId owner, const fw::QpInitAttr& init, u
   in.recv_cqn = init.recv_cqn;
   in.sq_sig_all = init.sq_sig_all;
   in.cap = to_abi(init.cap);
-  in.sq_entries = qp.sq.entries;
-  in.rq_entries = qp.rq.entries;
+  in.sq_entries = qp.sq.view.entries;
+  in.rq_entries = qp.rq.view.entries;
   in.sq_ring_iova = qp.sq.mem.iova();
   in.rq_ring_iova = qp.rq.mem.iova();
   mroce_qp_cap out{};
@@ -425,10 +420,10 @@ int HwOffloadBackend::post_wqe(fw::OwnerId owner, uint32_t qpn, const mroce_send
   if (it == qps_.end() || it->second.owner != owner)
     return fail(EINVAL, std::string(what) + ": no such QP");
   Ring& sq = it->second.sq;
-  uint32_t prod = sq.hdr()->producer;  // we are the only writer
-  if (prod - load_acquire(sq.hdr()->consumer) >= sq.entries) return ENOMEM;
-  std::memcpy(sq.slot(prod), &w, sizeof(w));
-  store_release(sq.hdr()->producer, prod + 1);
+  uint32_t prod = sq.view.hdr->producer;  // we are the only writer
+  if (prod - mroce_ring_load_consumer(&sq.view) >= sq.view.entries) return ENOMEM;
+  std::memcpy(mroce_ring_slot(&sq.view, prod), &w, sizeof(w));
+  mroce_ring_publish_producer(&sq.view, prod + 1);
   bar0_.write32(qp_db(qpn) + MROCE_DB_SQ_PI, prod + 1);  // MMIO: no nic_sleeping check needed
   return 0;
 }
@@ -439,11 +434,11 @@ int HwOffloadBackend::post_recv(fw::OwnerId owner, uint32_t qpn, const fw::RecvW
   if (it == qps_.end() || it->second.owner != owner) return fail(EINVAL, "post_recv: no such QP");
   if (wr.num_sge > MROCE_MAX_SGE) return fail(EINVAL, "post_recv: too many SGEs");
   Ring& rq = it->second.rq;
-  uint32_t prod = rq.hdr()->producer;
-  if (prod - load_acquire(rq.hdr()->consumer) >= rq.entries) return ENOMEM;
+  uint32_t prod = rq.view.hdr->producer;
+  if (prod - mroce_ring_load_consumer(&rq.view) >= rq.view.entries) return ENOMEM;
   mroce_recv_wqe w = to_abi(wr);
-  std::memcpy(rq.slot(prod), &w, sizeof(w));
-  store_release(rq.hdr()->producer, prod + 1);
+  std::memcpy(mroce_ring_slot(&rq.view, prod), &w, sizeof(w));
+  mroce_ring_publish_producer(&rq.view, prod + 1);
   bar0_.write32(qp_db(qpn) + MROCE_DB_RQ_PI, prod + 1);
   return 0;
 }
@@ -458,16 +453,16 @@ int HwOffloadBackend::request_notify(uint32_t cqn, bool solicited_only) {
 
 int HwOffloadBackend::harvest_cq(uint32_t cqn, Cq& cq) {
   Ring& r = cq.ring;
-  uint32_t cons = r.hdr()->consumer;
-  uint32_t prod = load_acquire(r.hdr()->producer);
+  uint32_t cons = r.view.hdr->consumer;
+  uint32_t prod = mroce_ring_load_producer(&r.view);
   int n = 0;
   for (; cons != prod; cons++, n++) {
     mroce_cqe e;
-    std::memcpy(&e, r.slot(cons), sizeof(e));
+    std::memcpy(&e, mroce_ring_slot(&r.view, cons), sizeof(e));
     if (!events_.complete(cqn, to_fw(e))) break;  // the host's CQ is full: keep it for later
   }
   if (n) {
-    store_release(r.hdr()->consumer, cons);
+    mroce_ring_publish_consumer(&r.view, cons);
     bar0_.write32(cq_db(cqn) + MROCE_DB_CQ_CI, cons);
   }
   return n;
@@ -521,9 +516,9 @@ std::string HwOffloadBackend::describe_qp(uint32_t qpn) {
   if (it == qps_.end()) return "";
   const Qp& q = it->second;
   return "qp " + std::to_string(qpn) + " (hw) owner " + std::to_string(q.owner) + " sq " +
-         std::to_string(q.sq.hdr()->producer) + "/" + std::to_string(load_acquire(q.sq.hdr()->consumer)) +
-         " rq " + std::to_string(q.rq.hdr()->producer) + "/" +
-         std::to_string(load_acquire(q.rq.hdr()->consumer));
+         std::to_string(q.sq.view.hdr->producer) + "/" + std::to_string(mroce_ring_load_consumer(&q.sq.view)) +
+         " rq " + std::to_string(q.rq.view.hdr->producer) + "/" +
+         std::to_string(mroce_ring_load_consumer(&q.rq.view));
 }
 
 std::vector<uint32_t> HwOffloadBackend::qp_numbers() {

@@ -24,6 +24,7 @@
 #include "firmware-model/hw/hw_abi.h"
 #include "firmware-model/hw/register_space.h"
 #include "firmware-model/hw/transport_backend.h"
+#include "firmware-model/uapi/ring.h"
 
 namespace metaroce::hw {
 
@@ -95,13 +96,9 @@ class HwOffloadBackend final : public TransportBackend {
   std::string describe_qp(uint32_t qpn) override;
 
  private:
-  struct Ring {  // one mroce_ring_hdr ring in a DmaBuffer
+  struct Ring {  // one device-ABI ring (firmware-model/uapi/ring.h) in a DmaBuffer
     DmaBuffer mem;
-    uint32_t entries = 0, entry_size = 0;
-    mroce_ring_hdr* hdr() const { return reinterpret_cast<mroce_ring_hdr*>(mem.data()); }
-    uint8_t* slot(uint32_t i) const {
-      return mem.data() + sizeof(mroce_ring_hdr) + size_t{i & (entries - 1)} * entry_size;
-    }
+    mroce_ring view{};  // into mem: stays valid when the Ring moves
   };
   static Ring make_ring(uint32_t entries, uint32_t entry_size);
   struct Cq {
