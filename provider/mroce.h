@@ -12,8 +12,8 @@
 #include <stdint.h>
 
 #include "firmware-model/uapi/metaroce_abi.h"
+#include "firmware-model/uapi/ring.h"
 #include "provider/rdma_private.h"
-#include "provider/ring.h"
 
 #define MROCE_DRIVER_NAME "metaroce"
 #define MROCE_SOCKET_FILE "metaroce_socket"  // in the published ibdev directory

@@ -18,7 +18,7 @@ DaemonLoop::DaemonLoop(asio::io_context& io, Device& device, int doorbell_fd, in
       extra_(io),
       on_extra_(std::move(on_extra)),
       options_(options) {
-  if (device.packet_io()) packets_.assign(dup(device.packet_io()->wait_fd()));
+  if (device.wait_fd() >= 0) packets_.assign(dup(device.wait_fd()));
   if (extra_fd >= 0) extra_.assign(dup(extra_fd));
 }
 

@@ -20,6 +20,8 @@
 
 #include "firmware-model/daemon/dma.h"
 #include "firmware-model/daemon/options.h"
+#include "firmware-model/hw/hw_offload_backend.h"
+#include "firmware-model/hw/register_space.h"
 
 namespace metaroce::daemon {
 namespace {
@@ -288,7 +290,7 @@ TEST_CASE("loopback__write_and_send_through_rings_land_in_memory_with_completion
   }
   CHECK(ids == std::vector<uint64_t>{1, 2});  // posting order
   CHECK(recv_len == 4000);
-  CHECK(f.device.dma_stats().faults == 0);
+  CHECK(f.device.soft_nic()->dma_stats().faults == 0);
 }
 
 TEST_CASE("loopback__wrong_rkey_completes_with_remote_access_error") {
@@ -573,7 +575,7 @@ TEST_CASE("channel__a_blocking_socket_nobody_reads_never_blocks_the_daemon") {
   Qp q = make_qp(f, p.pdn, Cq{resp.cqn, ring});
   connect(f, q, p.b.qpn);
   for (uint32_t i = 0; i < 40; i++) {
-    RingView::ref(ring.hdr()->armed).store(1);
+    ring.arm(MROCE_CQ_ARM_ANY);
     auto* w = static_cast<mroce_send_wqe*>(q.sq.slot(i));
     *w = {};
     w->wr_id = i;
@@ -698,9 +700,9 @@ TEST_CASE("client_close__tears_down_everything_it_owned") {
   uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
   Cq cq = make_cq(f);
   make_qp(f, pdn, cq);
-  CHECK(f.device.engine().qp_numbers().size() == 1);
+  CHECK(f.device.qp_numbers().size() == 1);
   f.device.close_client(f.client->id);
-  CHECK(f.device.engine().qp_numbers().empty());
+  CHECK(f.device.qp_numbers().empty());
   CHECK(f.device.counters().clients_closed == 1);
 }
 
@@ -794,6 +796,53 @@ TEST_CASE("options__bad_command_lines_say_what_is_wrong") {
   CHECK(ok.uid_max_connections == 5);
   CHECK(ok.uid_max_ring_mb == 64);
   CHECK(std::string(usage()).find("--uid-max-qp N") != std::string::npos);
+}
+
+// The control plane and the queue pump reach the transport only through the
+// TransportBackend the factory builds: here silicon that is not there (an
+// empty slot). The device answers every request with the backend's errno
+// and idles; nothing in it assumes the soft engine.
+TEST_CASE("backend__a_device_on_an_absent_hw_backend_answers_its_errno_and_idles") {
+  int db = eventfd(0, EFD_NONBLOCK);
+  hw::AbsentRegisterSpace bar0;
+  hw::HwOffloadBackend* hw_backend = nullptr;
+  BackendFactory absent_silicon = [&](const fw::EngineConfig&, const BackendEnv& env) {
+    auto b = std::make_unique<hw::HwOffloadBackend>(bar0, *env.events);
+    std::string why;
+    CHECK(b->bring_up(&why) == ENODEV);
+    hw_backend = b.get();
+    return b;
+  };
+  Device device(Fixture::config(), absent_silicon, db);
+  CHECK(device.soft_nic() == nullptr);
+  CHECK(std::string(hw_backend->name()) == "hw");
+  Device::Client* c = device.open_client(getpid(), getuid(), -1);
+  REQUIRE(c != nullptr);
+  Device::Request req;
+  mroce_open_context_req open{MROCE_ABI_VERSION, 0};
+  req.op = MROCE_OP_OPEN_CONTEXT;
+  req.body = bytes_of(open);
+  Device::Reply r;
+  device.handle(*c, req, &r);
+  REQUIRE(r.err == 0);
+  for (int fd : r.fds) close(fd);
+  auto dev = reply_as<mroce_device_attr>(r);
+  CHECK(dev.max_qp == 0);  // no QUERY_CAPS answered: nothing to offer
+  Device::Reply pd;
+  req = {};
+  req.op = MROCE_OP_ALLOC_PD;
+  device.handle(*c, req, &pd);
+  CHECK(pd.err == ENODEV);
+  CHECK(pd.reason == std::strerror(ENODEV));
+  CHECK(hw_backend->last_error() == "CREATE_PD: the device is not up");
+  CHECK(device.counters().ctrl_errors == 1);
+  CHECK(device.poll_once() == 0);
+  CHECK(device.next_deadline() == fw::kNever);
+  CHECK(device.wait_fd() == -1);
+  CHECK(device.prepare_sleep());
+  device.end_sleep();
+  device.close_client(c->id);
+  close(db);
 }
 
 }  // namespace

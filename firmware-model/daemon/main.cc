@@ -306,7 +306,7 @@ int run(const Options& o) {
     usr1.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
       log_line(LogLevel::kInfo, counters_text(device) + net::format_counters(link.monitor().neighbour_counters()));
-      for (uint32_t qpn : device.engine().qp_numbers()) log_line(LogLevel::kInfo, device.engine().describe_qp(qpn));
+      for (uint32_t qpn : device.qp_numbers()) log_line(LogLevel::kInfo, device.describe_qp(qpn));
       arm_usr1();
     });
   };

@@ -75,7 +75,7 @@ std::vector<MetricValue> device_counters(Device& device, uint32_t qpn) {
 std::string render_device_metrics(Device& device, const std::string& ibdev,
                                   const MetricsServerStats& server, size_t max_qps) {
   std::vector<std::pair<uint32_t, std::vector<MetricValue>>> qps;
-  std::vector<uint32_t> numbers = device.engine().qp_numbers();
+  std::vector<uint32_t> numbers = device.qp_numbers();
   for (uint32_t qpn : numbers) {
     if (qps.size() == max_qps) break;
     qps.emplace_back(qpn, device_counters(device, qpn));

@@ -50,23 +50,4 @@ size_t ring_bytes(uint32_t entries, uint32_t entry_size) {
   return (raw + page - 1) / page * page;
 }
 
-RingView::RingView(uint8_t* base, uint32_t entries, uint32_t entry_size)
-    : hdr_(reinterpret_cast<mroce_ring_hdr*>(base)),
-      slots_(base + sizeof(mroce_ring_hdr)),
-      entries_(entries),
-      entry_size_(entry_size) {
-  std::memset(hdr_, 0, sizeof(*hdr_));
-  hdr_->entries = entries;
-  hdr_->entry_size = entry_size;
-}
-
-RingView RingView::attach(uint8_t* base) {
-  RingView v;
-  v.hdr_ = reinterpret_cast<mroce_ring_hdr*>(base);
-  v.slots_ = base + sizeof(mroce_ring_hdr);
-  v.entries_ = v.hdr_->entries;
-  v.entry_size_ = v.hdr_->entry_size;
-  return v;
-}
-
 }  // namespace metaroce::daemon

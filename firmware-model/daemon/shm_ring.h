@@ -2,12 +2,12 @@
 // NIC side: a memfd the daemon creates, maps, and passes to the client.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "firmware-model/uapi/metaroce_abi.h"
+#include "firmware-model/uapi/ring.h"
 
 namespace metaroce::daemon {
 
@@ -36,32 +36,37 @@ class ShmRegion {
 size_t ring_bytes(uint32_t entries, uint32_t entry_size);
 uint32_t round_up_pow2(uint32_t v);
 
-// A view of one ring inside a ShmRegion. Index ownership and ordering are
-// as documented in metaroce_abi.h: the producer store-releases `producer`,
-// the consumer load-acquires it (and the reverse for `consumer`).
+// A view of one ring inside a ShmRegion: the device ABI's one ring
+// implementation (firmware-model/uapi/ring.h, where each load and store
+// states its ordering) with a C++ face.
 class RingView {
  public:
   RingView() = default;
-  RingView(uint8_t* base, uint32_t entries, uint32_t entry_size);  // initializes the header
-  static RingView attach(uint8_t* base);                           // header already set
-
-  mroce_ring_hdr* hdr() const { return hdr_; }
-  uint32_t entries() const { return entries_; }
-  void* slot(uint32_t index) const {
-    return slots_ + static_cast<size_t>(index & (entries_ - 1)) * entry_size_;
+  RingView(uint8_t* base, uint32_t entries, uint32_t entry_size) {  // initializes the header
+    mroce_ring_init(&r_, base, entries, entry_size);
   }
-  uint32_t load_producer() const { return ref(hdr_->producer).load(std::memory_order_acquire); }
-  uint32_t load_consumer() const { return ref(hdr_->consumer).load(std::memory_order_acquire); }
-  void store_producer(uint32_t v) const { ref(hdr_->producer).store(v, std::memory_order_release); }
-  void store_consumer(uint32_t v) const { ref(hdr_->consumer).store(v, std::memory_order_release); }
+  static RingView attach(uint8_t* base) {  // header already set (tests: the client's side)
+    auto* hdr = reinterpret_cast<mroce_ring_hdr*>(base);
+    RingView v;
+    v.r_ = {hdr, base + sizeof(mroce_ring_hdr), hdr->entries, hdr->entry_size};
+    return v;
+  }
 
-  static std::atomic_ref<uint32_t> ref(uint32_t& v) { return std::atomic_ref<uint32_t>(v); }
+  mroce_ring_hdr* hdr() const { return r_.hdr; }
+  uint32_t entries() const { return r_.entries; }
+  void* slot(uint32_t index) const { return mroce_ring_slot(&r_, index); }
+  uint32_t load_producer() const { return mroce_ring_load_producer(&r_); }
+  uint32_t load_consumer() const { return mroce_ring_load_consumer(&r_); }
+  void store_producer(uint32_t v) { mroce_ring_publish_producer(&r_, v); }
+  void store_consumer(uint32_t v) { mroce_ring_publish_consumer(&r_, v); }
+  void announce_sleep() { mroce_ring_announce_sleep(&r_); }
+  void end_sleep() { mroce_ring_end_sleep(&r_); }
+  bool take_arm() { return mroce_ring_take_arm(&r_); }
+  void arm(uint32_t how) { mroce_ring_arm(&r_, how); }  // the application's side (tests)
+  void set_overflow() { mroce_ring_set_overflow(&r_); }
 
  private:
-  mroce_ring_hdr* hdr_ = nullptr;
-  uint8_t* slots_ = nullptr;
-  uint32_t entries_ = 0;
-  uint32_t entry_size_ = 0;
+  mroce_ring r_{};
 };
 
 }  // namespace metaroce::daemon

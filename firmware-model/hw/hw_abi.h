@@ -150,6 +150,12 @@ struct mroce_hw_create_qp {
   uint64_t rq_ring_iova;           /* mroce_ring_hdr + rq_entries * mroce_recv_wqe */
 };
 
+/* Send WQE opcode the driver writes for a work request the host refused
+ * (docs/hardware-offload.md §5): the device executes nothing, completes it
+ * in posting order with status `imm` (an ibv_wc_status) and moves the QP to
+ * ERR, flushing the WQEs after it. */
+#define MROCE_HW_WQE_OP_ERROR 0xff
+
 /* ---------------- event queue ---------------- */
 #define MROCE_EQE_COMPLETION 0x100 /* element: cqn of an armed CQ that got a CQE */
 

@@ -35,8 +35,6 @@ const char* admin_name(uint16_t op) {
 
 // Index ownership and ordering as docs/device-abi.md §Rings: the producer
 // store-releases its index after the slot; the consumer load-acquires it.
-uint32_t load_acquire(uint32_t& v) { return std::atomic_ref<uint32_t>(v).load(std::memory_order_acquire); }
-void store_release(uint32_t& v, uint32_t x) { std::atomic_ref<uint32_t>(v).store(x, std::memory_order_release); }
 uint8_t load_phase(uint8_t& v) { return std::atomic_ref<uint8_t>(v).load(std::memory_order_acquire); }
 
 // The phase a valid entry at free-running index i carries: 1 on the
@@ -52,27 +50,6 @@ mroce_qp_attr to_abi(const fw::QpAttr& q, uint32_t mask) {
   return a;
 }
 
-// fw::SendWr -> the WQE silicon DMA-reads (the same bytes the provider
-// writes for the soft NIC).
-mroce_send_wqe encode(const fw::SendWr& wr) {
-  mroce_send_wqe w{};
-  w.wr_id = wr.wr_id;
-  w.opcode = static_cast<uint8_t>(wr.opcode);
-  w.send_flags = wr.send_flags;
-  w.imm = wr.imm;
-  w.rkey = wr.rkey;
-  w.remote_addr = wr.remote_addr;
-  w.compare_add = wr.compare_add;
-  w.swap = wr.swap;
-  if (wr.send_flags & fw::kSendInline) {
-    w.inline_len = static_cast<uint16_t>(wr.inline_data.size());
-    std::memcpy(w.u.inline_data, wr.inline_data.data(), wr.inline_data.size());
-  } else {
-    w.num_sge = static_cast<uint8_t>(wr.num_sge);
-    for (uint32_t i = 0; i < wr.num_sge; i++) w.u.sg[i] = {wr.sg[i].addr, wr.sg[i].length, wr.sg[i].lkey};
-  }
-  return w;
-}
 
 }  // namespace
 
@@ -84,15 +61,12 @@ DmaBuffer::DmaBuffer(size_t bytes) : size_((bytes + kPage - 1) / kPage * kPage) 
 
 HwOffloadBackend::Ring HwOffloadBackend::make_ring(uint32_t entries, uint32_t entry_size) {
   Ring r;
-  r.entries = entries;
-  r.entry_size = entry_size;
   r.mem = DmaBuffer(sizeof(mroce_ring_hdr) + size_t{entries} * entry_size);
-  r.hdr()->entries = entries;
-  r.hdr()->entry_size = entry_size;
+  mroce_ring_init(&r.view, r.mem.data(), entries, entry_size);
   return r;
 }
 
-HwOffloadBackend::HwOffloadBackend(RegisterSpaceInterface& bar0, fw::EventSinkInterface& events,
+HwOffloadBackend::HwOffloadBackend(RegisterSpaceInterface& bar0, EventSink& events,
                                    const HwOptions& options)
     : bar0_(bar0), events_(events), options_(options) {
   caps_ = fw::DeviceCaps{};
@@ -311,7 +285,7 @@ int HwOffloadBackend::create_cq(fw::OwnerId owner, uint32_t entries, uint32_t* c
   Cq cq;
   cq.owner = owner;
   cq.ring = make_ring(round_up_pow2(entries), sizeof(mroce_cqe));
-  mroce_hw_create_cq in{cq.ring.mem.iova(), cq.ring.entries, 0};
+  mroce_hw_create_cq in{cq.ring.mem.iova(), cq.ring.view.entries, 0};
   Admin a;
   a.op = MROCE_ADMIN_CREATE_CQ;
   a.owner = owner;
@@ -347,8 +321,8 @@ int HwOffloadBackend::create_qp(fw::OwnerId owner, const fw::QpInitAttr& init, u
   in.recv_cqn = init.recv_cqn;
   in.sq_sig_all = init.sq_sig_all;
   in.cap = to_abi(init.cap);
-  in.sq_entries = qp.sq.entries;
-  in.rq_entries = qp.rq.entries;
+  in.sq_entries = qp.sq.view.entries;
+  in.rq_entries = qp.rq.view.entries;
   in.sq_ring_iova = qp.sq.mem.iova();
   in.rq_ring_iova = qp.rq.mem.iova();
   mroce_qp_cap out{};
@@ -422,16 +396,34 @@ void HwOffloadBackend::destroy_owner(fw::OwnerId owner) {
 
 int HwOffloadBackend::post_send(fw::OwnerId owner, uint32_t qpn, const fw::SendWr& wr) {
   if (!up_) return fail(ENODEV, "post_send: the device is not up");
-  auto it = qps_.find(qpn);
-  if (it == qps_.end() || it->second.owner != owner) return fail(EINVAL, "post_send: no such QP");
   if (wr.num_sge > MROCE_MAX_SGE || wr.inline_data.size() > MROCE_MAX_INLINE)
     return fail(EINVAL, "post_send: too many SGEs or too much inline data");
+  return post_wqe(owner, qpn, to_abi(wr), "post_send");  // the bytes the provider writes
+}
+
+// The refused WR travels as a WQE the device only completes: in posting
+// order, with the status the host chose (hw_abi.h MROCE_HW_WQE_OP_ERROR).
+int HwOffloadBackend::post_send_error(fw::OwnerId owner, uint32_t qpn, uint64_t wr_id,
+                                      fw::WcStatus status) {
+  if (status == fw::WcStatus::kSuccess) return fail(EINVAL, "post_send_error: status is success");
+  mroce_send_wqe w{};
+  w.wr_id = wr_id;
+  w.opcode = MROCE_HW_WQE_OP_ERROR;
+  w.imm = static_cast<uint32_t>(status);
+  return post_wqe(owner, qpn, w, "post_send_error");
+}
+
+int HwOffloadBackend::post_wqe(fw::OwnerId owner, uint32_t qpn, const mroce_send_wqe& w,
+                               const char* what) {
+  if (!up_) return fail(ENODEV, std::string(what) + ": the device is not up");
+  auto it = qps_.find(qpn);
+  if (it == qps_.end() || it->second.owner != owner)
+    return fail(EINVAL, std::string(what) + ": no such QP");
   Ring& sq = it->second.sq;
-  uint32_t prod = sq.hdr()->producer;  // we are the only writer
-  if (prod - load_acquire(sq.hdr()->consumer) >= sq.entries) return ENOMEM;
-  mroce_send_wqe w = encode(wr);
-  std::memcpy(sq.slot(prod), &w, sizeof(w));
-  store_release(sq.hdr()->producer, prod + 1);
+  uint32_t prod = sq.view.hdr->producer;  // we are the only writer
+  if (prod - mroce_ring_load_consumer(&sq.view) >= sq.view.entries) return ENOMEM;
+  std::memcpy(mroce_ring_slot(&sq.view, prod), &w, sizeof(w));
+  mroce_ring_publish_producer(&sq.view, prod + 1);
   bar0_.write32(qp_db(qpn) + MROCE_DB_SQ_PI, prod + 1);  // MMIO: no nic_sleeping check needed
   return 0;
 }
@@ -442,14 +434,11 @@ int HwOffloadBackend::post_recv(fw::OwnerId owner, uint32_t qpn, const fw::RecvW
   if (it == qps_.end() || it->second.owner != owner) return fail(EINVAL, "post_recv: no such QP");
   if (wr.num_sge > MROCE_MAX_SGE) return fail(EINVAL, "post_recv: too many SGEs");
   Ring& rq = it->second.rq;
-  uint32_t prod = rq.hdr()->producer;
-  if (prod - load_acquire(rq.hdr()->consumer) >= rq.entries) return ENOMEM;
-  mroce_recv_wqe w{};
-  w.wr_id = wr.wr_id;
-  w.num_sge = wr.num_sge;
-  for (uint32_t i = 0; i < wr.num_sge; i++) w.sg[i] = {wr.sg[i].addr, wr.sg[i].length, wr.sg[i].lkey};
-  std::memcpy(rq.slot(prod), &w, sizeof(w));
-  store_release(rq.hdr()->producer, prod + 1);
+  uint32_t prod = rq.view.hdr->producer;
+  if (prod - mroce_ring_load_consumer(&rq.view) >= rq.view.entries) return ENOMEM;
+  mroce_recv_wqe w = to_abi(wr);
+  std::memcpy(mroce_ring_slot(&rq.view, prod), &w, sizeof(w));
+  mroce_ring_publish_producer(&rq.view, prod + 1);
   bar0_.write32(qp_db(qpn) + MROCE_DB_RQ_PI, prod + 1);
   return 0;
 }
@@ -464,26 +453,16 @@ int HwOffloadBackend::request_notify(uint32_t cqn, bool solicited_only) {
 
 int HwOffloadBackend::harvest_cq(uint32_t cqn, Cq& cq) {
   Ring& r = cq.ring;
-  uint32_t cons = r.hdr()->consumer;
-  uint32_t prod = load_acquire(r.hdr()->producer);
+  uint32_t cons = r.view.hdr->consumer;
+  uint32_t prod = mroce_ring_load_producer(&r.view);
   int n = 0;
   for (; cons != prod; cons++, n++) {
     mroce_cqe e;
-    std::memcpy(&e, r.slot(cons), sizeof(e));
-    fw::Completion wc;
-    wc.wr_id = e.wr_id;
-    wc.status = static_cast<fw::WcStatus>(e.status);
-    wc.opcode = static_cast<fw::WcOpcode>(e.opcode);
-    wc.vendor_err = e.vendor_err;
-    wc.byte_len = e.byte_len;
-    wc.imm = e.imm;
-    wc.qp_num = e.qp_num;
-    wc.src_qp = e.src_qp;
-    wc.wc_flags = e.wc_flags;
-    if (!events_.complete(cqn, wc)) break;  // the host's CQ is full: keep it for later
+    std::memcpy(&e, mroce_ring_slot(&r.view, cons), sizeof(e));
+    if (!events_.complete(cqn, to_fw(e))) break;  // the host's CQ is full: keep it for later
   }
   if (n) {
-    store_release(r.hdr()->consumer, cons);
+    mroce_ring_publish_consumer(&r.view, cons);
     bar0_.write32(cq_db(cqn) + MROCE_DB_CQ_CI, cons);
   }
   return n;
@@ -502,6 +481,7 @@ int HwOffloadBackend::service(fw::Time) {
   }
   if (work) bar0_.write32(MROCE_REG_EQ_HEAD, (eq_head_ & 0x7fffffffu) | 0x80000000u);
   for (auto& [cqn, cq] : cqs_) work += harvest_cq(cqn, cq);  // completion EQEs only wake us
+  if (work) events_.publish();  // the device wrote each CQE after its data
   return work;
 }
 
@@ -524,6 +504,21 @@ int HwOffloadBackend::query_counters(uint32_t qpn, std::vector<NamedCounter>* ou
     out->push_back({c.name, c.value});
   }
   return 0;
+}
+
+int HwOffloadBackend::qp_transport(uint32_t qpn, fw::Time, fw::QpTransportStats*) {
+  if (!qps_.count(qpn)) return fail(ENOENT, "qp_transport: no such QP");
+  return fail(EOPNOTSUPP, "qp_transport: hw interface 1.x reports no transport statistics");
+}
+
+std::string HwOffloadBackend::describe_qp(uint32_t qpn) {
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return "";
+  const Qp& q = it->second;
+  return "qp " + std::to_string(qpn) + " (hw) owner " + std::to_string(q.owner) + " sq " +
+         std::to_string(q.sq.view.hdr->producer) + "/" + std::to_string(mroce_ring_load_consumer(&q.sq.view)) +
+         " rq " + std::to_string(q.rq.view.hdr->producer) + "/" +
+         std::to_string(mroce_ring_load_consumer(&q.rq.view));
 }
 
 std::vector<uint32_t> HwOffloadBackend::qp_numbers() {

@@ -24,6 +24,7 @@
 #include "firmware-model/hw/hw_abi.h"
 #include "firmware-model/hw/register_space.h"
 #include "firmware-model/hw/transport_backend.h"
+#include "firmware-model/uapi/ring.h"
 
 namespace metaroce::hw {
 
@@ -54,7 +55,7 @@ struct HwOptions {
 
 class HwOffloadBackend final : public TransportBackend {
  public:
-  HwOffloadBackend(RegisterSpaceInterface& bar0, fw::EventSinkInterface& events,
+  HwOffloadBackend(RegisterSpaceInterface& bar0, EventSink& events,
                    const HwOptions& options = {});
 
   // Firmware bring-up: reset, version handshake, admin queue, event
@@ -83,20 +84,21 @@ class HwOffloadBackend final : public TransportBackend {
   void destroy_owner(fw::OwnerId owner) override;
   int post_send(fw::OwnerId owner, uint32_t qpn, const fw::SendWr& wr) override;
   int post_recv(fw::OwnerId owner, uint32_t qpn, const fw::RecvWr& wr) override;
+  int post_send_error(fw::OwnerId owner, uint32_t qpn, uint64_t wr_id,
+                      fw::WcStatus status) override;
   int request_notify(uint32_t cqn, bool solicited_only) override;
   int service(fw::Time now) override;
   fw::Time next_deadline() const override { return fw::kNever; }  // interrupt driven
   int query_counters(uint32_t qpn, std::vector<NamedCounter>* out) override;
   std::vector<uint32_t> qp_numbers() override;
+  // Interface 1.x has no admin command for transport statistics.
+  int qp_transport(uint32_t qpn, fw::Time now, fw::QpTransportStats* out) override;
+  std::string describe_qp(uint32_t qpn) override;
 
  private:
-  struct Ring {  // one mroce_ring_hdr ring in a DmaBuffer
+  struct Ring {  // one device-ABI ring (firmware-model/uapi/ring.h) in a DmaBuffer
     DmaBuffer mem;
-    uint32_t entries = 0, entry_size = 0;
-    mroce_ring_hdr* hdr() const { return reinterpret_cast<mroce_ring_hdr*>(mem.data()); }
-    uint8_t* slot(uint32_t i) const {
-      return mem.data() + sizeof(mroce_ring_hdr) + size_t{i & (entries - 1)} * entry_size;
-    }
+    mroce_ring view{};  // into mem: stays valid when the Ring moves
   };
   static Ring make_ring(uint32_t entries, uint32_t entry_size);
   struct Cq {
@@ -125,11 +127,12 @@ class HwOffloadBackend final : public TransportBackend {
   int admin(Admin& cmd);
   int wait_admin_completion(const Admin& cmd, uint32_t cmd_id, mroce_hw_admin_cpl* cpl);
   int harvest_cq(uint32_t cqn, Cq& cq);
+  int post_wqe(fw::OwnerId owner, uint32_t qpn, const mroce_send_wqe& w, const char* what);
   static uint64_t qp_db(uint32_t qpn) { return MROCE_REG_QP_DB_BASE + uint64_t{qpn} * MROCE_HW_DB_STRIDE; }
   static uint64_t cq_db(uint32_t cqn) { return MROCE_REG_CQ_DB_BASE + uint64_t{cqn} * MROCE_HW_DB_STRIDE; }
 
   RegisterSpaceInterface& bar0_;
-  fw::EventSinkInterface& events_;
+  EventSink& events_;
   HwOptions options_;
   bool up_ = false;
   std::string last_error_;

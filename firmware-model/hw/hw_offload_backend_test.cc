@@ -131,7 +131,7 @@ class FakeBar0 final : public RegisterSpaceInterface {
   uint64_t aq_ = 0, acq_ = 0, eq_ = 0;
 };
 
-struct RecordingSink final : fw::EventSinkInterface {
+struct RecordingSink final : EventSink {
   std::vector<std::string> log;
   bool complete(uint32_t cqn, const fw::Completion& wc) override {
     log.push_back("cqe cq " + std::to_string(cqn) + " wr " + std::to_string(wc.wr_id) + " status " +
@@ -141,6 +141,7 @@ struct RecordingSink final : fw::EventSinkInterface {
   void async_event(fw::EventType t, uint32_t element) override {
     log.push_back("event " + std::to_string(static_cast<int>(t)) + " element " + std::to_string(element));
   }
+  void publish() override { log.push_back("publish"); }
 };
 
 struct Fixture {
@@ -374,10 +375,44 @@ TEST_CASE("service__harvests_cqes_and_events_and_returns_consumer_index") {
   CHECK(f.backend.service(0) == 4);
   CHECK(f.sink.log == std::vector<std::string>{"event 1 element 100",
                                                "cqe cq 3 wr 42 status 0 len 128",
-                                               "cqe cq 3 wr 43 status 12 len 128"});
+                                               "cqe cq 3 wr 43 status 12 len 128",
+                                               "publish"});  // after the CQEs it harvested
   CHECK(f.bar0.log == std::vector<std::string>{"w32 0x20c = 0x80000002",  // EQ consumed 2, re-armed
                                                "w32 0x1013000 = 0x2"});   // CQ 3 CI
   CHECK(f.backend.service(0) == 0);
+  CHECK(f.sink.log.size() == 4);  // nothing harvested: no publish either
+}
+
+TEST_CASE("post_send_error__an_error_wqe_in_posting_order_then_sq_doorbell") {
+  Fixture f;
+  f.up();
+  uint32_t qpn = f.make_qp();
+  fw::SendWr wr;
+  wr.wr_id = 1;
+  wr.opcode = fw::WrOpcode::kSend;
+  REQUIRE(f.backend.post_send(1, qpn, wr) == 0);
+  REQUIRE(f.backend.post_send_error(1, qpn, 2, fw::WcStatus::kLocQpOpErr) == 0);
+  CHECK(f.bar0.log == std::vector<std::string>{"w32 0x74000 = 0x1", "w32 0x74000 = 0x2"});
+  mroce_send_wqe w;
+  std::memcpy(&w, at<uint8_t>(f.bar0.sq_ring) + sizeof(mroce_ring_hdr) + sizeof(w), sizeof(w));
+  CHECK(w.wr_id == 2);
+  CHECK(w.opcode == MROCE_HW_WQE_OP_ERROR);
+  CHECK(w.imm == static_cast<uint32_t>(fw::WcStatus::kLocQpOpErr));
+  CHECK(f.backend.post_send_error(1, qpn, 3, fw::WcStatus::kLocQpOpErr) == ENOMEM);  // SQ of 2
+  CHECK(f.backend.post_send_error(1, qpn, 3, fw::WcStatus::kSuccess) == EINVAL);
+  CHECK(f.hw.last_error() == "post_send_error: status is success");
+  CHECK(f.backend.post_send_error(2, qpn, 3, fw::WcStatus::kLocQpOpErr) == EINVAL);  // not the owner
+}
+
+TEST_CASE("qp_transport__not_in_interface_1_and_describe_qp_names_the_rings") {
+  Fixture f;
+  f.up();
+  uint32_t qpn = f.make_qp();
+  fw::QpTransportStats t;
+  CHECK(f.backend.qp_transport(qpn, 0, &t) == EOPNOTSUPP);
+  CHECK(f.backend.qp_transport(qpn + 1, 0, &t) == ENOENT);
+  CHECK(f.backend.describe_qp(qpn) == "qp 100 (hw) owner 1 sq 0/0 rq 0/0");
+  CHECK(f.backend.describe_qp(qpn + 1).empty());
 }
 
 TEST_CASE("destroy_owner__one_admin_command_and_its_rings_forgotten") {
@@ -445,10 +480,14 @@ TEST_CASE("soft_backend__objects_and_named_counters_through_the_interface") {
   CHECK(b.create_cq(1, 16, &cqn) == 0);
   std::vector<NamedCounter> c;
   CHECK(b.query_counters(kDeviceCounters, &c) == 0);
-  REQUIRE(c.size() == 32);  // every fw::Counters field
+  REQUIRE(c.size() == uapi::kEngineCounters);  // every fw::Counters field
   CHECK(c.front().name == "tx_packets");
   CHECK(c.back().name == "rx_drop_owner_gone");
   CHECK(b.query_counters(12345, &c) != 0);
+  fw::QpTransportStats t;
+  CHECK(b.qp_transport(12345, 0, &t) == ENOENT);
+  CHECK(b.describe_qp(12345).empty());
+  CHECK(b.post_send_error(1, 12345, 7, fw::WcStatus::kLocQpOpErr) != 0);
   CHECK(b.destroy_cq(1, cqn) == 0);
   CHECK(b.destroy_pd(1, pdn) == 0);
 }

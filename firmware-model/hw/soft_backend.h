@@ -1,7 +1,9 @@
 // The soft backend: TransportBackend over the transport engine. The engine
-// keeps its own HAL (clock, packets, DMA, events, random); its host also
-// feeds it frames (engine().on_frame) since packets are not part of the
-// TransportBackend boundary (silicon owns its wire).
+// keeps its own HAL (clock, packets, DMA, events, random). Its host (the
+// daemon's SoftNic) completes the contract: it feeds frames
+// (engine().on_frame), since packets are not part of the TransportBackend
+// boundary (silicon owns its wire), and publishes completions once their
+// DMA has landed (EventSink::publish).
 #pragma once
 
 #include <memory>
@@ -10,7 +12,7 @@
 
 namespace metaroce::hw {
 
-class SoftBackend final : public TransportBackend {
+class SoftBackend : public TransportBackend {
  public:
   SoftBackend(const fw::EngineConfig& config, fw::Hal hal);
   fw::Engine& engine() { return engine_; }
@@ -47,6 +49,9 @@ class SoftBackend final : public TransportBackend {
   int post_recv(fw::OwnerId o, uint32_t qpn, const fw::RecvWr& wr) override {
     return engine_.post_recv(o, qpn, wr);
   }
+  int post_send_error(fw::OwnerId o, uint32_t qpn, uint64_t wr_id, fw::WcStatus st) override {
+    return engine_.post_send_error(o, qpn, wr_id, st);
+  }
   // The soft engine's host arms CQs on its own rings (docs/device-abi.md
   // §Completion notification); the engine itself has nothing to do.
   int request_notify(uint32_t, bool) override { return 0; }
@@ -54,6 +59,10 @@ class SoftBackend final : public TransportBackend {
   fw::Time next_deadline() const override { return engine_.next_deadline(); }
   int query_counters(uint32_t qpn, std::vector<NamedCounter>* out) override;
   std::vector<uint32_t> qp_numbers() override { return engine_.qp_numbers(); }
+  int qp_transport(uint32_t qpn, fw::Time now, fw::QpTransportStats* out) override {
+    return engine_.qp_transport(qpn, now, out);
+  }
+  std::string describe_qp(uint32_t qpn) override { return engine_.describe_qp(qpn); }
 
  private:
   fw::Engine engine_;

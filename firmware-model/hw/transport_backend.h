@@ -7,11 +7,15 @@
 //     transport; every call here becomes register writes and admin
 //     commands (docs/hardware-offload.md).
 //
+// The daemon holds one TransportBackend and reaches the transport only
+// through it (docs/daemon.md §Roles): which backend runs is decided where
+// the daemon constructs it, nowhere else.
+//
 // Conventions are the engine's: 0 or a positive errno, nothing blocks for
 // long, nothing throws. Completions and asynchronous events come out
-// through the fw::EventSinkInterface given to the backend at construction:
-// the soft engine pushes them as they happen; the hardware backend finds
-// them in its event and completion rings when service() runs.
+// through the EventSink given to the backend at construction: the soft
+// engine pushes them as they happen; the hardware backend finds them in its
+// event and completion rings when service() runs.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,17 @@ namespace metaroce::hw {
 using NamedCounter = uapi::NamedCounter;
 
 inline constexpr uint32_t kDeviceCounters = 0xffffffffu;
+
+// Where a backend delivers completions and asynchronous events. complete()
+// stages a CQE; publish() makes every staged CQE visible to the
+// application. A backend calls publish() only once the data of those
+// completions is in place (soft NIC: after its DMA writes are flushed;
+// silicon: its CQEs follow their data), so a completion is never visible
+// before its data (docs/device-abi.md §3.3).
+class EventSink : public fw::EventSinkInterface {
+ public:
+  virtual void publish() = 0;
+};
 
 class TransportBackend {
  public:
@@ -58,6 +73,13 @@ class TransportBackend {
   // ENOMEM: the queue is full; the caller keeps the WR and retries.
   virtual int post_send(fw::OwnerId owner, uint32_t qpn, const fw::SendWr& wr) = 0;
   virtual int post_recv(fw::OwnerId owner, uint32_t qpn, const fw::RecvWr& wr) = 0;
+  // A send WQE the host refused (it cannot return EINVAL to an application
+  // that posted through a ring): queued so that it completes with `status`
+  // in posting order, after the work before it, and moves the QP to ERR
+  // (fw::Engine::post_send_error). 0, EINVAL (SQ not open, or kSuccess),
+  // ENOMEM (SQ full).
+  virtual int post_send_error(fw::OwnerId owner, uint32_t qpn, uint64_t wr_id,
+                              fw::WcStatus status) = 0;
   // Ask for one notification (EventType-less: the sink's async_event is
   // not used for it) when the next (solicited) CQE lands on cqn.
   virtual int request_notify(uint32_t cqn, bool solicited_only) = 0;
@@ -69,10 +91,21 @@ class TransportBackend {
   virtual int service(fw::Time now) = 0;
   // When service() must run next at the latest (fw::kNever: on events only).
   virtual fw::Time next_deadline() const = 0;
+  // An fd that turns readable when service() has input (soft NIC: its
+  // packet socket; silicon: the event interrupt's eventfd); -1: none.
+  virtual int wait_fd() const { return -1; }
 
   // ---- observability ----
   virtual int query_counters(uint32_t qpn, std::vector<NamedCounter>* out) = 0;
+  // Counters of what hosts the transport around it (soft NIC: DMA and
+  // packet I/O), reported after the daemon's own; none by default.
+  virtual void host_counters(std::vector<NamedCounter>*) const {}
   virtual std::vector<uint32_t> qp_numbers() = 0;
+  // A QP's transport state for operators (QUERY_QP_TRANSPORT). ENOENT: no
+  // such QP; EOPNOTSUPP: the backend cannot tell.
+  virtual int qp_transport(uint32_t qpn, fw::Time now, fw::QpTransportStats* out) = 0;
+  // One line about a QP for the log ("" if no such QP).
+  virtual std::string describe_qp(uint32_t qpn) = 0;
 };
 
 // fw::Counters as name/value pairs, in the order of its fields (the names

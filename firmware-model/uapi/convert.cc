@@ -73,42 +73,97 @@ fw::QpAttr to_fw(const mroce_qp_attr& a) {
   return q;
 }
 
+WqeDefect to_fw(const mroce_send_wqe& w, fw::SendWr* wr) {
+  wr->wr_id = w.wr_id;
+  wr->opcode = static_cast<fw::WrOpcode>(w.opcode);  // range-checked by the engine
+  wr->send_flags = w.send_flags;
+  wr->imm = w.imm;
+  wr->remote_addr = w.remote_addr;
+  wr->rkey = w.rkey;
+  wr->compare_add = w.compare_add;
+  wr->swap = w.swap;
+  wr->inline_data.clear();
+  wr->num_sge = 0;
+  if (w.send_flags & fw::kSendInline) {
+    if (w.inline_len > MROCE_MAX_INLINE) return WqeDefect::kBadInlineLen;
+    wr->inline_data.assign(w.u.inline_data, w.u.inline_data + w.inline_len);
+    return WqeDefect::kNone;
+  }
+  if (w.num_sge > MROCE_MAX_SGE) return WqeDefect::kBadSgeCount;
+  wr->num_sge = w.num_sge;
+  for (uint32_t i = 0; i < w.num_sge; i++) wr->sg[i] = {w.u.sg[i].addr, w.u.sg[i].length, w.u.sg[i].lkey};
+  return WqeDefect::kNone;
+}
+
+WqeDefect to_fw(const mroce_recv_wqe& w, fw::RecvWr* wr) {
+  if (w.num_sge > MROCE_MAX_SGE) return WqeDefect::kBadSgeCount;
+  wr->wr_id = w.wr_id;
+  wr->num_sge = w.num_sge;
+  for (uint32_t i = 0; i < w.num_sge; i++) wr->sg[i] = {w.sg[i].addr, w.sg[i].length, w.sg[i].lkey};
+  return WqeDefect::kNone;
+}
+
+mroce_send_wqe to_abi(const fw::SendWr& wr) {
+  mroce_send_wqe w{};
+  w.wr_id = wr.wr_id;
+  w.opcode = static_cast<uint8_t>(wr.opcode);
+  w.send_flags = wr.send_flags;
+  w.imm = wr.imm;
+  w.rkey = wr.rkey;
+  w.remote_addr = wr.remote_addr;
+  w.compare_add = wr.compare_add;
+  w.swap = wr.swap;
+  if (wr.send_flags & fw::kSendInline) {
+    w.inline_len = static_cast<uint16_t>(wr.inline_data.size());
+    std::memcpy(w.u.inline_data, wr.inline_data.data(), wr.inline_data.size());
+  } else {
+    w.num_sge = static_cast<uint8_t>(wr.num_sge);
+    for (uint32_t i = 0; i < wr.num_sge; i++) w.u.sg[i] = {wr.sg[i].addr, wr.sg[i].length, wr.sg[i].lkey};
+  }
+  return w;
+}
+
+mroce_recv_wqe to_abi(const fw::RecvWr& wr) {
+  mroce_recv_wqe w{};
+  w.wr_id = wr.wr_id;
+  w.num_sge = wr.num_sge;
+  for (uint32_t i = 0; i < wr.num_sge; i++) w.sg[i] = {wr.sg[i].addr, wr.sg[i].length, wr.sg[i].lkey};
+  return w;
+}
+
+mroce_cqe to_abi(const fw::Completion& wc) {
+  mroce_cqe e{};
+  e.wr_id = wc.wr_id;
+  e.status = static_cast<uint32_t>(wc.status);
+  e.opcode = static_cast<uint32_t>(wc.opcode);
+  e.vendor_err = wc.vendor_err;
+  e.byte_len = wc.byte_len;
+  e.imm = wc.imm;
+  e.qp_num = wc.qp_num;
+  e.src_qp = wc.src_qp;
+  e.wc_flags = wc.wc_flags;
+  return e;
+}
+
+fw::Completion to_fw(const mroce_cqe& e) {
+  fw::Completion wc;
+  wc.wr_id = e.wr_id;
+  wc.status = static_cast<fw::WcStatus>(e.status);
+  wc.opcode = static_cast<fw::WcOpcode>(e.opcode);
+  wc.vendor_err = e.vendor_err;
+  wc.byte_len = e.byte_len;
+  wc.imm = e.imm;
+  wc.qp_num = e.qp_num;
+  wc.src_qp = e.src_qp;
+  wc.wc_flags = e.wc_flags;
+  return wc;
+}
+
 std::vector<NamedCounter> named_counters(const fw::Counters& c) {
   return {
-      {"tx_packets", c.tx_packets},
-      {"tx_bytes", c.tx_bytes},
-      {"rx_packets", c.rx_packets},
-      {"rx_bytes", c.rx_bytes},
-      {"rx_drop_parse", c.rx_drop_parse},
-      {"rx_drop_bad_icrc", c.rx_drop_bad_icrc},
-      {"rx_drop_unknown_qp", c.rx_drop_unknown_qp},
-      {"rx_drop_qp_state", c.rx_drop_qp_state},
-      {"rx_drop_duplicate", c.rx_drop_duplicate},
-      {"rx_drop_out_of_window", c.rx_drop_out_of_window},
-      {"rx_nak_access", c.rx_nak_access},
-      {"rx_nak_invalid", c.rx_nak_invalid},
-      {"rx_nak_rnr", c.rx_nak_rnr},
-      {"tx_retransmits", c.tx_retransmits},
-      {"fast_retransmits", c.fast_retransmits},
-      {"timeouts", c.timeouts},
-      {"rnr_retries", c.rnr_retries},
-      {"ecn_marks_seen", c.ecn_marks_seen},
-      {"atomic_replays", c.atomic_replays},
-      {"cq_overflows", c.cq_overflows},
-      {"local_errors", c.local_errors},
-      {"rx_drop_unexpected", c.rx_drop_unexpected},
-      {"rx_drop_not_request", c.rx_drop_not_request},
-      {"tail_loss_probes", c.tail_loss_probes},
-      {"rx_drop_unordered", c.rx_drop_unordered},
-      {"rx_drop_wrong_source", c.rx_drop_wrong_source},
-      {"rx_drop_ack_stale", c.rx_drop_ack_stale},
-      {"rx_drop_ack_out_of_range", c.rx_drop_ack_out_of_range},
-      {"rx_drop_nack_out_of_range", c.rx_drop_nack_out_of_range},
-      {"rx_drop_resp_out_of_range", c.rx_drop_resp_out_of_range},
-      {"rx_drop_read_queue_full", c.rx_drop_read_queue_full},
-      {"rx_drop_owner_gone", c.rx_drop_owner_gone},
-      {"rx_held_unordered", c.rx_held_unordered},
-      {"spurious_timeouts", c.spurious_timeouts},
+#define MROCE_X(name) {#name, c.name},
+      MROCE_ENGINE_COUNTERS(MROCE_X)
+#undef MROCE_X
   };
 }
 

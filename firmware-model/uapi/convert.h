@@ -24,11 +24,77 @@ fw::QpCap to_fw(const mroce_qp_cap& c);
 mroce_qp_attr to_abi(const fw::QpAttr& q);
 fw::QpAttr to_fw(const mroce_qp_attr& a);
 
+// Work requests and completions: the ring slots of docs/device-abi.md §3.1
+// <-> the engine's. The one place these are converted, for the soft NIC
+// (which reads WQEs and writes CQEs) and the hardware backend (which writes
+// WQEs and reads CQEs). Enumerations keep their verbs values both ways.
+//
+// A WQE from a ring is the application's and may be anything: converting it
+// checks the bounds its layout imposes and names the first it breaks (the
+// engine checks the rest: opcode, SGE count against the QP's caps, ...).
+enum class WqeDefect { kNone, kBadSgeCount, kBadInlineLen };
+WqeDefect to_fw(const mroce_send_wqe& w, fw::SendWr* wr);
+WqeDefect to_fw(const mroce_recv_wqe& w, fw::RecvWr* wr);
+// From a WR the engine's types already bound (num_sge <= MROCE_MAX_SGE,
+// inline data <= MROCE_MAX_INLINE: the caller checks).
+mroce_send_wqe to_abi(const fw::SendWr& wr);
+mroce_recv_wqe to_abi(const fw::RecvWr& wr);
+mroce_cqe to_abi(const fw::Completion& wc);
+fw::Completion to_fw(const mroce_cqe& e);
+
 struct NamedCounter {
   std::string name;
   uint64_t value = 0;
 };
-// Every engine counter with its name, in declaration order.
+
+// The engine's counters (fw::Counters, engine.h, where each is documented)
+// by name: one table for QUERY_COUNTERS, metaroce-ctl, the metrics
+// endpoint and the hardware backend's QUERY_COUNTERS (the names silicon
+// reports). The order is the reply's. A counter added to fw::Counters and
+// not here fails the static_assert below.
+#define MROCE_ENGINE_COUNTERS(X) \
+  X(tx_packets)                  \
+  X(tx_bytes)                    \
+  X(rx_packets)                  \
+  X(rx_bytes)                    \
+  X(rx_drop_parse)               \
+  X(rx_drop_bad_icrc)            \
+  X(rx_drop_unknown_qp)          \
+  X(rx_drop_qp_state)            \
+  X(rx_drop_duplicate)           \
+  X(rx_drop_out_of_window)       \
+  X(rx_nak_access)               \
+  X(rx_nak_invalid)              \
+  X(rx_nak_rnr)                  \
+  X(tx_retransmits)              \
+  X(fast_retransmits)            \
+  X(timeouts)                    \
+  X(rnr_retries)                 \
+  X(ecn_marks_seen)              \
+  X(atomic_replays)              \
+  X(cq_overflows)                \
+  X(local_errors)                \
+  X(rx_drop_unexpected)          \
+  X(rx_drop_not_request)         \
+  X(tail_loss_probes)            \
+  X(rx_drop_unordered)           \
+  X(rx_drop_wrong_source)        \
+  X(rx_drop_ack_stale)           \
+  X(rx_drop_ack_out_of_range)    \
+  X(rx_drop_nack_out_of_range)   \
+  X(rx_drop_resp_out_of_range)   \
+  X(rx_drop_read_queue_full)     \
+  X(rx_drop_owner_gone)          \
+  X(rx_held_unordered)           \
+  X(spurious_timeouts)
+
+#define MROCE_X(name) +1
+inline constexpr size_t kEngineCounters = 0 MROCE_ENGINE_COUNTERS(MROCE_X);
+#undef MROCE_X
+static_assert(sizeof(fw::Counters) == kEngineCounters * sizeof(uint64_t),
+              "fw::Counters and MROCE_ENGINE_COUNTERS disagree: name the new counter here");
+
+// Every engine counter with its name, in the table's order.
 std::vector<NamedCounter> named_counters(const fw::Counters& c);
 
 }  // namespace metaroce::uapi

@@ -1,0 +1,43 @@
+// The daemon's own counters, one per reason, from one table: the struct,
+// the QUERY_COUNTERS names and the SIGUSR1 dump cannot disagree. Shared by
+// the daemon's roles (control plane, queue pump, soft-NIC host), each of
+// which counts its own reasons here.
+#pragma once
+
+#include <cstdint>
+
+namespace metaroce::daemon {
+
+#define MROCE_DAEMON_COUNTERS(X)                                                      \
+  X(ctrl_requests)                                                                    \
+  X(ctrl_errors)                                                                      \
+  X(ctrl_malformed)                                                                   \
+  X(clients_opened)                                                                   \
+  X(clients_closed)                                                                   \
+  X(clients_refused_user_limit)  /* connections over --uid-max-connections */         \
+  X(limit_refused_client)        /* objects refused by a per-connection limit */      \
+  X(limit_refused_user)          /* objects refused by a per-uid limit */             \
+  X(channel_fd_refused)          /* CREATE_CQ channel fds of a kind that can block */ \
+  X(tx_drop_no_neighbor)                                                              \
+  X(tx_drop_ring_full)                                                                \
+  X(tx_drop_too_big)                                                                  \
+  X(reg_mr_refused)              /* range not mapped with that access, or unsafe */   \
+  X(ring_bad_producer)           /* SQ/RQ producer index beyond the ring: QP fatal */ \
+  X(wqe_bad_sge_count)           /* num_sge above MROCE_MAX_SGE */                    \
+  X(wqe_bad_inline_len)          /* inline_len above MROCE_MAX_INLINE */              \
+  X(wqe_rejected)                /* ring entries refused (SQ: error CQE; RQ: none) */ \
+  X(wqe_recv_in_reset)           /* receive ring entries of a QP in RESET */          \
+  X(wqe_recv_refused_other)      /* receive entries refused for any other reason */   \
+  X(cq_events)                                                                        \
+  X(cq_event_write_failed)       /* channel full or closed: never waited for */       \
+  X(async_events)                                                                     \
+  X(async_event_write_failed)                                                         \
+  X(doorbell_wakeups)
+
+struct DaemonCounters {
+#define MROCE_X(name) uint64_t name = 0;
+  MROCE_DAEMON_COUNTERS(MROCE_X)
+#undef MROCE_X
+};
+
+}  // namespace metaroce::daemon

@@ -1,0 +1,159 @@
+#include "firmware-model/daemon/soft_nic.h"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+namespace metaroce::daemon {
+
+SoftNicHal::SoftNicHal(const SoftNicEnv& env, const fw::PortInfo& port)
+    : env_(env), dma_(env.memory_of), gids_(port.gids) {}
+
+uint64_t SoftNicHal::next() {
+  if (random_left_ == 0) {
+    auto* buf = reinterpret_cast<uint8_t*>(random_.data());
+    size_t got = 0;
+    while (got < sizeof random_) {
+      ssize_t n = getrandom(buf + got, sizeof random_ - got, 0);
+      if (n > 0) got += static_cast<size_t>(n);
+      else if (errno != EINTR) std::abort();  // no entropy source: refusing weak keys
+    }
+    random_left_ = random_.size();
+  }
+  return random_[--random_left_];
+}
+
+void SoftNicHal::send(const fw::OutPacket& p) {
+  io::PacketIo* io = env_.io;
+  LinkInterface* link = env_.link;
+  proto::FrameHeaders h;
+  h.src_ip = p.src_ip;
+  h.dst_ip = p.dst_ip;
+  h.src_port = p.src_port;
+  h.dscp = p.dscp;
+  h.ttl = p.ttl;
+  bool local = std::find(gids_.begin(), gids_.end(), p.dst_ip) != gids_.end();
+  size_t len = proto::encap_length(h) + proto::transport_length(p.packet);
+  if (local) {
+    h.src_mac = h.dst_mac = link ? link->local_mac() : proto::MacAddr{};
+    std::vector<uint8_t> frame(len);
+    if (proto::build_frame(h, p.packet, frame) == 0) return;
+    loopback_.push_back(std::move(frame));
+    return;
+  }
+  if (!io || !link) return;
+  if (!link->resolve(p.dst_ip, &h.dst_mac)) {
+    env_.counters->tx_drop_no_neighbor++;
+    return;
+  }
+  h.src_mac = link->local_mac();
+  if (len > io->max_frame()) {
+    env_.counters->tx_drop_too_big++;
+    return;
+  }
+  std::span<uint8_t> buf = io->tx_alloc(static_cast<uint32_t>(len));
+  if (buf.empty()) {
+    io->tx_flush();
+    buf = io->tx_alloc(static_cast<uint32_t>(len));
+  }
+  if (buf.empty()) {
+    env_.counters->tx_drop_ring_full++;  // the engine's retransmission recovers it
+    return;
+  }
+  size_t n = proto::build_frame(h, p.packet, buf);
+  io->tx_commit(static_cast<uint32_t>(n));
+  if (io->tx_pending() >= 64) io->tx_flush();
+}
+
+SoftNic::SoftNic(const fw::EngineConfig& config, const SoftNicEnv& env)
+    : SoftNicHal(env, config.port), hw::SoftBackend(config, hal()) {
+  rx_batch_.resize(64);
+}
+
+int SoftNic::set_port(const fw::PortInfo& port) {
+  gids_ = port.gids;
+  return SoftBackend::set_port(port);
+}
+
+int SoftNic::post_send(fw::OwnerId owner, uint32_t qpn, const fw::SendWr& wr) {
+  dma_.invalidate(owner);
+  return SoftBackend::post_send(owner, qpn, wr);
+}
+
+void SoftNic::destroy_owner(fw::OwnerId owner) {
+  // Data the engine already accepted for other clients is unaffected; this
+  // client's QPs vanish, so their peers run into retry exhaustion.
+  dma_.flush();
+  SoftBackend::destroy_owner(owner);
+  dma_.forget(owner);
+}
+
+// `now` is when the pass began; the engine's timers are checked against
+// the clock as it reads after the frames were received.
+int SoftNic::service(fw::Time) {
+  int work = poll_rx();
+  work += SoftBackend::service(env_.clock->now());
+  dma_.flush();  // data lands in memory before its completion is visible
+  env_.events->publish();
+  if (env_.io && env_.io->tx_pending()) env_.io->tx_flush();
+  return work;
+}
+
+fw::Time SoftNic::next_deadline() const {
+  return loopback_.empty() ? SoftBackend::next_deadline() : 0;
+}
+
+int SoftNic::poll_rx() {
+  int total = 0;
+  // Frames this device sent to its own addresses (loopback QPs). Payload is
+  // written to memory straight from the frame, so frames live until the
+  // DMA flush below.
+  std::vector<std::vector<uint8_t>> done;
+  while (!loopback_.empty() && total < 256) {
+    done.push_back(std::move(loopback_.front()));
+    loopback_.pop_front();
+    const std::vector<uint8_t>& frame = done.back();
+    dma_.set_stable_source(frame.data(), frame.size());
+    engine().on_frame(frame);
+    total++;
+  }
+  io::PacketIo* io = env_.io;
+  int n = io ? io->rx_burst(rx_batch_) : 0;
+  for (int i = 0; i < n; i++) {
+    dma_.set_stable_source(rx_batch_[i].data, rx_batch_[i].len);
+    engine().on_frame({rx_batch_[i].data, rx_batch_[i].len});
+  }
+  dma_.set_stable_source(nullptr, 0);
+  if (total + std::max(n, 0) > 0) dma_.flush();  // before the frames' memory is reused
+  if (n > 0) {
+    io->rx_release();
+    total += n;
+  }
+  return total;
+}
+
+void SoftNic::host_counters(std::vector<hw::NamedCounter>* out) const {
+  const DmaStats& s = dma_.stats();
+  *out = {
+      {"dma_read_calls", s.read_calls},       {"dma_read_bytes", s.read_bytes},
+      {"dma_read_cache_hits", s.read_cache_hits}, {"dma_write_calls", s.write_calls},
+      {"dma_write_bytes", s.write_bytes},     {"dma_faults", s.faults},
+      {"dma_write_faults", s.write_faults},   {"dma_client_gone", s.gone},
+      {"dma_write_in_place", s.write_in_place},
+  };
+  if (!env_.io) return;
+  io::IoStats io = env_.io->stats();
+  out->insert(out->end(), {
+                              {"io_rx_frames", io.rx_frames},
+                              {"io_rx_kernel_drops", io.rx_kernel_drops},
+                              {"io_rx_invalid", io.rx_invalid},
+                              {"io_tx_frames", io.tx_frames},
+                              {"io_tx_ring_full", io.tx_ring_full},
+                              {"io_tx_errors", io.tx_errors},
+                              {"io_tx_kicks", io.tx_kicks},
+                          });
+}
+
+}  // namespace metaroce::daemon

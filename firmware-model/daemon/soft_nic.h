@@ -1,0 +1,99 @@
+// The soft-NIC host: what silicon does around its transport, done in the
+// daemon for the software engine. It implements the engine's HAL (packets
+// through a PacketIo backend, DMA into clients' memory through ProcessDma,
+// entropy from getrandom) and feeds the engine received frames, and it is
+// the daemon's TransportBackend when --backend soft: the control plane and
+// the queue pump see only that interface (docs/daemon.md §Roles).
+// Single-threaded: every method runs on the daemon's loop thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include "firmware-model/daemon/clock.h"
+#include "firmware-model/daemon/daemon_counters.h"
+#include "firmware-model/daemon/dma.h"
+#include "firmware-model/daemon/io/packet_io.h"
+#include "firmware-model/hw/soft_backend.h"
+
+namespace metaroce::daemon {
+
+// Next-hop resolution and local link facts (netlink in the daemon).
+class LinkInterface {
+ public:
+  virtual ~LinkInterface() = default;
+  // The MAC to send to for destination ip; false when not (yet) known
+  // (resolution has been triggered; the engine's retransmission retries).
+  virtual bool resolve(const proto::IpAddr& ip, proto::MacAddr* mac) = 0;
+  virtual proto::MacAddr local_mac() const = 0;
+};
+
+// What any backend takes from the daemon around it.
+struct BackendEnv {
+  MonotonicClock* clock = nullptr;
+  hw::EventSink* events = nullptr;  // the queue pump
+  std::function<ClientMemory*(fw::OwnerId)> memory_of;  // a client's address space
+  DaemonCounters* counters = nullptr;  // the soft NIC counts tx drops there
+};
+
+// ... and what the soft NIC takes besides.
+struct SoftNicEnv : BackendEnv {
+  io::PacketIo* io = nullptr;  // nullptr: no wire (tests: loopback only)
+  LinkInterface* link = nullptr;
+};
+
+// The HAL half: constructed before the engine it serves (a base of
+// SoftNic, so it exists when the engine's constructor takes references).
+class SoftNicHal : public fw::PacketPortInterface, public fw::RandomInterface {
+ protected:
+  SoftNicHal(const SoftNicEnv& env, const fw::PortInfo& port);
+  fw::Hal hal() { return {*env_.clock, *this, dma_, *env_.events, *this}; }
+
+  // Frames the engine sends: built in place in the tx ring, or kept for
+  // our own rx when addressed to one of our GIDs (loopback QPs).
+  void send(const fw::OutPacket& p) override;
+  // Keys and path seeds: getrandom(2), read in batches (MR keys must not
+  // be guessable from earlier ones, docs/engine.md §Objects).
+  uint64_t next() override;
+
+  SoftNicEnv env_;
+  ProcessDma dma_;
+  std::vector<proto::IpAddr> gids_;  // the port's, for the loopback test
+  std::deque<std::vector<uint8_t>> loopback_;  // frames to our own GIDs
+
+ private:
+  std::array<uint64_t, 64> random_{};
+  size_t random_left_ = 0;
+};
+
+class SoftNic final : private SoftNicHal, public hw::SoftBackend {
+ public:
+  SoftNic(const fw::EngineConfig& config, const SoftNicEnv& env);
+
+  int set_port(const fw::PortInfo& port) override;
+  // The read-ahead window of a client that posts new work is dropped: it
+  // may have rewritten a buffer before reposting it (docs/daemon.md §DMA).
+  int post_send(fw::OwnerId owner, uint32_t qpn, const fw::SendWr& wr) override;
+  // Queued DMA is flushed first; the client's DMA state goes after.
+  void destroy_owner(fw::OwnerId owner) override;
+  // Received frames, due timers and transmission, then the DMA flush and
+  // the completions' publication (data before its completion), then one
+  // tx kick for the pass.
+  int service(fw::Time now) override;
+  // Now, while frames to our own GIDs wait to be received.
+  fw::Time next_deadline() const override;
+  int wait_fd() const override { return env_.io ? env_.io->wait_fd() : -1; }
+  void host_counters(std::vector<hw::NamedCounter>* out) const override;
+
+  const DmaStats& dma_stats() const { return dma_.stats(); }
+
+ private:
+  int poll_rx();
+
+  std::vector<io::RxFrame> rx_batch_;
+};
+
+}  // namespace metaroce::daemon
