@@ -59,7 +59,10 @@ int main(int argc, char** argv) {
   if (i >= argc) return usage();
   metaroce::launcher::ViewResult r = metaroce::launcher::make_view(o);
   if (r.ok) {
-    unsetenv("SYSFS_PATH");
+    // SYSFS_PATH stays set beside the view: a program that remounts /sys
+    // (`ip netns exec` does) drops the view, and libibverbs must still
+    // find the devices. Both name the same tree.
+    setenv("SYSFS_PATH", o.published_root.c_str(), 1);
     return run(argv + i, ld_preload);
   }
   if (!fallback || !r.fallback_safe) {
