@@ -44,12 +44,19 @@ pair() {  # name "server cmd..." "client cmd..." (the client gets the server's I
   fi
 }
 
+# Has the daemon's log more SIGUSR1 counter dumps than N? (A function, so
+# wait_for counts them again on every poll.)
+dumps_above() {  # log N
+  [ "$(grep -c 'counters:' "$1")" -gt "$2" ]
+}
+
 # What the daemons saw, for a failed case: counters and QP states.
 dump_daemons() {
-  local pid log
+  local pid log n
   for pid in "$MROCE_PID_A:$MROCE_RUN_A" "$MROCE_PID_B:$MROCE_RUN_B"; do
     log=${pid#*:}/daemon.log; pid=${pid%%:*}
-    kill -USR1 "$pid" 2>/dev/null && sleep 1
+    n=$(grep -c 'counters:' "$log")
+    kill -USR1 "$pid" 2>/dev/null && wait_for 10 dumps_above "$log" "$n"
     echo "== daemon $pid"; grep -v ': context ' "$log" | tail -8
   done
   ip -n "$MROCE_NS_A" -6 addr show; ip -n "$MROCE_NS_B" -6 neigh show
@@ -66,7 +73,7 @@ counter() {  # a|b name
   if [ "$1" = a ]; then log=$MROCE_RUN_A/daemon.log pid=$MROCE_PID_A; else log=$MROCE_RUN_B/daemon.log pid=$MROCE_PID_B; fi
   n=$(grep -c 'counters:' "$log")
   kill -USR1 "$pid"
-  wait_for 30 test "$(grep -c 'counters:' "$log")" -gt "$n" || e2e_fail "no counter dump from daemon $1"
+  wait_for 30 dumps_above "$log" "$n" || e2e_fail "no counter dump from daemon $1"
   grep 'counters:' "$log" | tail -1 | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {v = $2} END {print v + 0}'
 }
 
