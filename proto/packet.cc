@@ -153,6 +153,18 @@ void write_cmh(Writer& w, const Packet& p) {
   w.zeros(1);
 }
 
+// DETH (docs/protocol.md §13.2): the reserved byte is written 0, ignored.
+void read_deth(Reader& r, Packet& p) {
+  p.deth.qkey = r.u32();
+  r.skip(1);
+  p.deth.src_qpn = r.u24();
+}
+void write_deth(Writer& w, const Packet& p) {
+  w.u32(p.deth.qkey);
+  w.zeros(1);
+  w.u24(p.deth.src_qpn & kQpnMask);
+}
+
 struct ExtCodec {
   void (*read)(Reader&, Packet&);
   void (*write)(Writer&, const Packet&);
@@ -169,6 +181,7 @@ constexpr std::array<ExtCodec, kExtTable.size()> kExtCodecs = {{
     {read_nackh, write_nackh},
     {read_probeh, write_probeh},
     {read_cmh, write_cmh},
+    {read_deth, write_deth},
 }};
 
 // ---- MBTH ----
@@ -591,6 +604,10 @@ void describe_ext(std::string& s, Ext e, const Packet& p) {
               p.probe.echo_ts);
       break;
     case Ext::kCmh: describe_cmh(s, p.cm); break;
+    case Ext::kDeth:
+      appendf(s, " deth.qkey=0x%08" PRIx32 " deth.src_qpn=0x%06" PRIx32, p.deth.qkey,
+              p.deth.src_qpn);
+      break;
   }
 }
 }  // namespace
@@ -612,7 +629,7 @@ std::string to_string(const Packet& p) {
 bool operator==(const Packet& a, const Packet& b) {
   return a.mbth == b.mbth && a.reth == b.reth && a.seth == b.seth && a.imm == b.imm &&
          a.atomic == b.atomic && a.atomic_ack == b.atomic_ack && a.ack == b.ack &&
-         a.nack == b.nack && a.probe == b.probe && a.cm == b.cm &&
+         a.nack == b.nack && a.probe == b.probe && a.cm == b.cm && a.deth == b.deth &&
          std::equal(a.payload.begin(), a.payload.end(), b.payload.begin(), b.payload.end());
 }
 
