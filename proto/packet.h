@@ -319,6 +319,13 @@ struct Frame {
 };
 Parsed<Frame> parse_frame(std::span<const uint8_t> bytes);
 
+// docs/protocol.md §13.5: the 40-byte Global Route Header a UD receive
+// finds before the payload, as RoCE v2 fills it: the IPv6 header of the
+// datagram, or 20 zero bytes and then its IPv4 header (checksum included).
+// transport_len: the UDP payload's length (transport_length of the packet).
+inline constexpr size_t kGrhLen = 40;
+std::array<uint8_t, kGrhLen> build_grh(const FrameHeaders& h, size_t transport_len);
+
 // One line naming the opcode and the fields its headers carry, e.g.
 // "RDMA_WRITE qpn=0x000012 psn=5 msn=2 off=0 flags=0x8 path=3 ts=0
 // reth.va=0x1000 reth.rkey=0x42 reth.length=4096 payload=4096B".
