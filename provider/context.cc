@@ -185,6 +185,7 @@ void fill_device_attr(const struct mroce_device_attr *d, struct ibv_device_attr 
   a->max_res_rd_atom = d->max_qp_rd_atom * d->max_qp;
   a->atomic_cap = IBV_ATOMIC_HCA;
   a->max_pkeys = 1;
+  a->max_ah = static_cast<int>(d->max_ah);
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
 }
@@ -303,10 +304,12 @@ const struct verbs_device_ops mroce_dev_ops = {
 static const struct verbs_context_ops mroce_ctx_ops = {
     .alloc_pd = mroce_alloc_pd,
     .cq_event = mroce_cq_event,
+    .create_ah = mroce_create_ah,
     .create_cq = mroce_create_cq,
     .create_qp = mroce_create_qp,
     .dealloc_pd = mroce_dealloc_pd,
     .dereg_mr = mroce_dereg_mr,
+    .destroy_ah = mroce_destroy_ah,
     .destroy_cq = mroce_destroy_cq,
     .destroy_qp = mroce_destroy_qp,
     .free_context = mroce_free_context,

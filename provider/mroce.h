@@ -57,6 +57,11 @@ struct mroce_mr {
   struct verbs_mr vmr;
 };
 
+struct mroce_ah {
+  struct ibv_ah ibv_ah;
+  uint32_t ahn;  // the daemon's handle: what a UD send WQE names
+};
+
 struct mroce_cq {
   struct verbs_cq vcq;
   uint32_t cqn;
@@ -103,6 +108,9 @@ static inline struct mroce_pd *to_mroce_pd(struct ibv_pd *p) {
 }
 static inline struct mroce_mr *to_mroce_mr(struct verbs_mr *m) {
   return reinterpret_cast<struct mroce_mr *>(m);
+}
+static inline struct mroce_ah *to_mroce_ah(struct ibv_ah *a) {
+  return reinterpret_cast<struct mroce_ah *>(a);
 }
 static inline struct mroce_cq *to_mroce_cq(struct ibv_cq *c) {
   return reinterpret_cast<struct mroce_cq *>(c);
@@ -156,6 +164,10 @@ int mroce_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *mroce_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va,
                             int access);
 int mroce_dereg_mr(struct verbs_mr *vmr);
+
+// ---- address handles (ah.cc) ----
+struct ibv_ah *mroce_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+int mroce_destroy_ah(struct ibv_ah *ah);
 
 // ---- CQ (cq.cc) ----
 struct ibv_cq *mroce_create_cq(struct ibv_context *context, int cqe,

@@ -1,4 +1,4 @@
-// Queue pairs (RC only): control verbs over the socket, post_send and
+// Queue pairs (RC and UD): control verbs over the socket, post_send and
 // post_recv into the shared SQ/RQ rings.
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,7 +37,7 @@ int map_qp(struct mroce_qp *qp, int memfd, const struct mroce_create_qp_resp *r)
 }
 
 int check_init_attr(struct mroce_context *ctx, const struct ibv_qp_init_attr *a) {
-  if (a->qp_type != IBV_QPT_RC || a->srq) return EOPNOTSUPP;
+  if ((a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD) || a->srq) return EOPNOTSUPP;
   if (!a->send_cq || !a->recv_cq) return EINVAL;
   const struct ibv_qp_cap &c = a->cap;
   if (c.max_send_sge > ctx->dev_attr.max_sge || c.max_recv_sge > ctx->dev_attr.max_sge ||
@@ -77,7 +77,7 @@ void fill_qp(struct mroce_qp *qp, struct ibv_pd *pd, const struct ibv_qp_init_at
   q->handle = r->qpn;
   q->qp_num = r->qpn;
   q->state = IBV_QPS_RESET;
-  q->qp_type = IBV_QPT_RC;
+  q->qp_type = a->qp_type;
   qp->qpn = r->qpn;
   qp->cap = r->cap;
   qp->max_inline = r->cap.max_inline_data;
@@ -112,6 +112,7 @@ void to_mroce_attr(const struct ibv_qp_attr *a, int mask, struct mroce_qp_attr *
   m->pkey_index = a->pkey_index;
   m->cap = {a->cap.max_send_wr, a->cap.max_recv_wr, a->cap.max_send_sge, a->cap.max_recv_sge,
             a->cap.max_inline_data};
+  m->qkey = a->qkey;
 }
 
 void from_mroce_attr(const struct mroce_qp_attr *m, struct ibv_qp_attr *a) {
@@ -140,6 +141,7 @@ void from_mroce_attr(const struct mroce_qp_attr *m, struct ibv_qp_attr *a) {
   a->port_num = m->port_num;
   a->sq_draining = m->sq_draining;
   a->pkey_index = m->pkey_index;
+  a->qkey = m->qkey;
 }
 
 void ring_doorbell(struct mroce_qp *qp, struct mroce_ring *ring) {
@@ -183,11 +185,25 @@ int build_inline(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce
   return 0;
 }
 
+// UD: a SEND (with or without immediate) to an address handle.
+int build_ud(const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
+  if ((wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) || !wr->wr.ud.ah)
+    return EINVAL;
+  w->ud.ah = to_mroce_ah(wr->wr.ud.ah)->ahn;
+  w->ud.remote_qpn = wr->wr.ud.remote_qpn;
+  w->ud.remote_qkey = wr->wr.ud.remote_qkey;
+  return 0;
+}
+
 int build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
   if (!opcode_supported(wr->opcode) || wr->num_sge < 0 ||
       static_cast<uint32_t>(wr->num_sge) > qp->sq.max_sge)
     return EINVAL;
-  memset(w, 0, offsetof(struct mroce_send_wqe, u));
+  if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
+    memset(w, 0, offsetof(struct mroce_send_wqe, u));
+    if (int err = build_ud(wr, w)) return err;
+  }
+  if (qp->vqp.qp.qp_type != IBV_QPT_UD) memset(w, 0, offsetof(struct mroce_send_wqe, u));
   w->wr_id = wr->wr_id;
   w->opcode = static_cast<uint8_t>(wr->opcode);
   w->send_flags = wr->send_flags;
@@ -273,7 +289,7 @@ struct ibv_qp *mroce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
   req.sq_sig_all = attr->sq_sig_all ? 1 : 0;
   req.cap = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
              attr->cap.max_recv_sge, attr->cap.max_inline_data};
-  req.qp_type = IBV_QPT_RC;
+  req.qp_type = attr->qp_type;
   struct mroce_create_qp_resp resp;
   int memfd = -1;
   struct mroce_call call = {MROCE_OP_CREATE_QP, &req, sizeof(req), -1, &resp, sizeof(resp),
@@ -346,7 +362,7 @@ int mroce_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
   init_attr->send_cq = ibqp->send_cq;
   init_attr->recv_cq = ibqp->recv_cq;
   init_attr->cap = attr->cap;
-  init_attr->qp_type = IBV_QPT_RC;
+  init_attr->qp_type = ibqp->qp_type;
   init_attr->sq_sig_all = static_cast<int>(qp->sq_sig_all);
   (void)attr_mask;  // everything is reported; libibverbs reads what it asked for
   return 0;

@@ -168,6 +168,8 @@ void ControlPlane::handle(Client& c, const Request& req, Reply* out) {
     case MROCE_OP_QUERY_COUNTERS: err = op_query_counters(c, req, out); break;
     case MROCE_OP_LIST_QPS: err = op_list_qps(c, req, out); break;
     case MROCE_OP_QUERY_QP_TRANSPORT: err = op_query_qp_transport(c, req, out); break;
+    case MROCE_OP_CREATE_AH: err = op_create_ah(c, req, out); break;
+    case MROCE_OP_DESTROY_AH: err = op_destroy_ah(c, req, out); break;
     default:
       out->reason = "unknown control operation " + std::to_string(req.op);
       counters_.ctrl_malformed++;
@@ -207,6 +209,7 @@ mroce_device_attr ControlPlane::device_attr() const {
   a.max_qp_rd_atom = caps.max_qp_rd_atom;
   a.max_inline = caps.max_inline;
   a.max_msg_size = caps.max_msg_size;
+  a.max_ah = caps.max_ah;
   a.vendor_id = 0x4D52;      // "MR": unregistered OUI-less id, see docs/device-abi.md
   a.vendor_part_id = 0x0001;
   a.hw_ver = 1;
@@ -446,8 +449,8 @@ int ControlPlane::op_create_qp(Client& c, const Request& r, Reply* out) {
   int err = check_limits(c, "QP", c.qps.size(), config_.limits.max_qp, &UserUsage::qps,
                          &UserLimits::max_qp, out);
   if (err) return err;
-  if (req.qp_type != 2 /* IBV_QPT_RC */) {
-    out->reason = "only RC QPs are supported";
+  if (req.qp_type != 2 /* IBV_QPT_RC */ && req.qp_type != 4 /* IBV_QPT_UD */) {
+    out->reason = "only RC and UD QPs are supported";
     return EOPNOTSUPP;
   }
   if (!c.cqs.count(req.send_cqn) || !c.cqs.count(req.recv_cqn)) {
@@ -455,6 +458,7 @@ int ControlPlane::op_create_qp(Client& c, const Request& r, Reply* out) {
     return EINVAL;
   }
   fw::QpInitAttr init;
+  init.type = static_cast<fw::QpType>(req.qp_type);
   init.pdn = req.pdn;
   init.send_cqn = req.send_cqn;
   init.recv_cqn = req.recv_cqn;
@@ -512,6 +516,7 @@ int ControlPlane::op_modify_qp(Client& c, const Request& r, Reply* out) {
     out->reason = "path_mtu must be IBV_MTU_256..IBV_MTU_4096";
     return EINVAL;
   }
+  if (int e = check_qkey(c, req.attr, out)) return e;
   int err = backend_.modify_qp(c.id, req.qpn, to_fw(req.attr), req.attr.attr_mask);
   if (err == EINVAL) out->reason = "invalid state transition or attribute for this transition";
   return err;

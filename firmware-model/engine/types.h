@@ -25,6 +25,8 @@ using OwnerId = uint32_t;
 inline constexpr uint32_t kMaxSge = 16;
 inline constexpr uint32_t kMaxInline = 256;
 
+enum class QpType : uint8_t { kRc = 2, kUd = 4 };  // ibv_qp_type
+
 enum class QpState : uint8_t { kReset = 0, kInit = 1, kRtr = 2, kRts = 3, kSqd = 4, kSqe = 5, kErr = 6 };
 
 enum AccessFlag : uint32_t {  // ibv_access_flags
@@ -100,7 +102,7 @@ enum class WcOpcode : uint8_t {  // ibv_wc_opcode
   kRecvRdmaWithImm = 129,
 };
 
-enum WcFlag : uint32_t { kWcWithImm = 2 };  // ibv_wc_flags
+enum WcFlag : uint32_t { kWcGrh = 1, kWcWithImm = 2 };  // ibv_wc_flags
 
 enum class EventType : uint8_t {  // ibv_event_type
   kCqErr = 0,
@@ -133,6 +135,10 @@ struct SendWr {
   uint32_t num_sge = 0;
   std::array<Sge, kMaxSge> sg{};
   std::vector<uint8_t> inline_data;  // with kSendInline: the data itself
+  // UD (docs/protocol.md §13): where the datagram goes.
+  uint32_t ah = 0;           // address handle (Engine::create_ah)
+  uint32_t remote_qpn = 0;   // 24 bits
+  uint32_t remote_qkey = 0;  // high bit set: use the QP's own Q_Key (§13.4)
 };
 
 struct RecvWr {
@@ -150,7 +156,12 @@ struct Completion {  // mirrors struct ibv_wc's fields the engine fills
   uint32_t imm = 0;       // host order
   uint32_t qp_num = 0;
   uint32_t src_qp = 0;
-  uint32_t wc_flags = 0;  // kWcWithImm
+  uint32_t wc_flags = 0;  // kWcWithImm, kWcGrh
+  // UD receives: RoCE has no LIDs or service levels; what IB fills.
+  uint16_t slid = 0;
+  uint8_t sl = 0;
+  uint8_t dlid_path_bits = 0;
+  uint16_t pkey_index = 0;
 };
 
 struct QpCap {
@@ -162,6 +173,7 @@ struct QpCap {
 };
 
 struct QpInitAttr {
+  QpType type = QpType::kRc;
   uint32_t pdn = 0;
   uint32_t send_cqn = 0;
   uint32_t recv_cqn = 0;
@@ -196,6 +208,7 @@ struct QpAttr {
   uint8_t max_rd_atomic = 16;
   uint8_t max_dest_rd_atomic = 16;
   uint32_t dest_qp_num = 0;
+  uint32_t qkey = 0;  // UD
   QpCap cap;
 };
 
@@ -216,6 +229,7 @@ struct DeviceCaps {
   uint32_t max_qp_rd_atom = 16;
   uint32_t max_inline = kMaxInline;
   uint32_t max_msg_size = 1u << 31;
+  uint32_t max_ah = 65536;
 };
 
 }  // namespace metaroce::fw

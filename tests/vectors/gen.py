@@ -44,6 +44,9 @@ OPCODES = {
     "CM_RTU": (0x1C, ["CMH"], True),
     "CM_DREQ": (0x1D, ["CMH"], True),
     "CM_DREP": (0x1E, ["CMH"], True),
+    # datagram service (docs/protocol.md section 13)
+    "UD_SEND": (0x20, ["DETH"], True),
+    "UD_SEND_IMM": (0x21, ["DETH", "IMM"], True),
 }
 # CM private data limits (section 12.4)
 CM_MAX_PRIVATE = {"CM_REQ": 92, "CM_MRA": 222, "CM_REJ": 148, "CM_REP": 196, "CM_RTU": 224,
@@ -67,6 +70,12 @@ EXT_LAYOUT = {
 }
 
 
+def deth(f):
+    """DETH, section 13.2: Q_Key, a reserved byte, the 24-bit source QPN."""
+    return struct.pack("!IB", num(f, "deth.qkey"), 0) + num(f, "deth.src_qpn").to_bytes(3, "big")
+
+
+
 def cmh(f):
     """CMH, section 12.2: 40 bytes; the 24-bit QPN and the packed retry byte
     do not fit EXT_LAYOUT's one-field-per-format rows."""
@@ -83,7 +92,7 @@ def cmh(f):
     return out
 
 
-EXT_ENCODERS = {"CMH": cmh}
+EXT_ENCODERS = {"CMH": cmh, "DETH": deth}
 
 
 def crc32c(data):
