@@ -136,6 +136,7 @@ void ControlPlane::close_client(fw::OwnerId id) {
 
 void ControlPlane::handle(Client& c, const Request& req, Reply* out) {
   counters_.ctrl_requests++;
+  backend_.take_error();  // a reason from an earlier request is not this one's
   int err = EOPNOTSUPP;
   bool needs_context = req.op != MROCE_OP_OPEN_CONTEXT && req.op != MROCE_OP_QUERY_DEVICE &&
                        req.op != MROCE_OP_QUERY_PORT && req.op != MROCE_OP_QUERY_COUNTERS &&
@@ -180,7 +181,10 @@ void ControlPlane::handle(Client& c, const Request& req, Reply* out) {
     out->body.clear();
     for (int fd : out->fds) close(fd);
     out->fds.clear();
-    if (out->reason.empty()) out->reason = std::strerror(err);
+    if (out->reason.empty()) {  // the backend's reason (hw: the device's syndrome), else strerror
+      std::string why = backend_.take_error();
+      out->reason = why.empty() ? std::strerror(err) : why;
+    }
   }
   out->err = err;
 }
