@@ -196,7 +196,7 @@ TEST_CASE("hostile__mutated_captures_never_crash") {
     std::string why;
     CHECK(pcap::parse_capture(std::move(b), &cap, &why) != 0);
   }
-  CHECK(compared > 50);  // most mutations hit frames, which then get compared
+  CHECK(compared > 20);  // mutations that leave the capture complete get compared
   MESSAGE("compared " << compared << ", refused " << refused);
 }
 

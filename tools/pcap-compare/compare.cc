@@ -156,6 +156,8 @@ struct Conv {
   std::vector<Pending> dut;                  // DUT responses, capture order
   std::vector<const Item*> requests;         // the peer's requests (learning)
   bool have_rq = false, have_sq = false, have_rnr = false;
+  uint64_t unseen = 0;       // acknowledged request PSNs the capture lacks
+  uint32_t first_unseen = 0;
 };
 
 uint32_t round_mtu(uint32_t n) {
@@ -322,6 +324,24 @@ Conv* conv_of(std::vector<Conv>& convs, const Item& it) {
   return by_ip;
 }
 
+// Request PSNs below the DUT's highest cum_psn that the capture does not
+// hold: frames the capture lost (or PSNs the DUT acknowledged unsent).
+uint64_t unseen_acked(const Conv& c, const std::set<uint32_t>& sent, const Accepted& a, uint32_t* first) {
+  if (!a.have_cum) return 0;
+  uint32_t span = a.cum - c.mirror.rq_psn;
+  if (span > 0x7FFFFFFFu) return 0;  // cum_psn below rq_psn: compared (and named) later
+  std::set<uint32_t> rel;  // PSNs as offsets from rq_psn, in serial order
+  for (uint32_t p : sent)
+    if (p - c.mirror.rq_psn < span) rel.insert(p - c.mirror.rq_psn);
+  uint32_t expect = 0;
+  for (uint32_t r : rel) {
+    if (r != expect) break;
+    ++expect;
+  }
+  *first = c.mirror.rq_psn + expect;
+  return span - rel.size();
+}
+
 void learn(std::vector<Conv>& convs, const std::vector<Item>& items) {
   std::map<Conv*, std::set<uint32_t>> sent;  // the peer's request PSNs
   for (const Item& it : items) {
@@ -347,7 +367,10 @@ void learn(std::vector<Conv>& convs, const std::vector<Item>& items) {
     if (c && it.side == Side::kDut) learn_accepted(it.p(), sent[c], &accepted[c]);
   }
   learn_mtu(convs, items);
-  for (Conv& c : convs) learn_keys(c, accepted[&c]);
+  for (Conv& c : convs) {
+    learn_keys(c, accepted[&c]);
+    c.unseen = unseen_acked(c, sent[&c], accepted[&c], &c.first_unseen);
+  }
 }
 
 // ---- replay ----
@@ -492,15 +515,27 @@ std::string state_text(const Conv& c, size_t k) {
   return "the reference's ACK after peer packet " + std::to_string(c.fed_number[k - 1]);
 }
 
+// How far a candidate prefix is from the DUT's ACK: the triggering
+// packet's echoes (which say when the ACK was made) weigh more than the
+// state fields, so a wrong cum_psn is named as such and not as the echo of
+// a neighbouring prefix whose cum_psn it happens to equal.
+size_t distance(const std::vector<Diff>& d) {
+  size_t n = 0;
+  for (const Diff& x : d)
+    n += (x.field == "ack.echo_ts" || x.field == "ack.echo_path" || x.field == "ack.ack_flags.D") ? 64 : 1;
+  return n;
+}
+
 // The latest prefix in [k_last, fed] whose state the ACK shows; else the
-// prefix it differs from least.
+// prefix it is nearest to.
 Verdict compare_ack(const Conv& c, size_t* k_last, const Pending& pd) {
-  size_t hi = std::min<size_t>(pd.fed, c.states.size() - 1), best = hi;
+  size_t hi = std::min<size_t>(pd.fed, c.states.size() - 1), best = hi, best_n = 0;
   std::vector<Diff> best_d;
   bool have = false;
   for (size_t k = hi + 1; k-- > *k_last;) {
     auto d = diff_ack(c, k, c.ce_sum[k] - c.ce_sum[*k_last], pd.item->p());
-    if (!have || d.size() < best_d.size()) best = k, best_d = std::move(d), have = true;
+    size_t n = distance(d);
+    if (!have || n < best_n) best = k, best_d = std::move(d), best_n = n, have = true;
     if (best_d.empty()) break;
   }
   *k_last = best;
@@ -651,7 +686,7 @@ void report_missing(const Conv& c, const RefIndex& x, Report* r, uint64_t* first
   auto missing = [&](const RefPacket& w, const char* field, std::string expected) {
     uint64_t peer = fed_frame(c, w.after_fed);
     note(r, {0, peer, std::string(proto::to_string(w.packet.mbth.opcode)) + " to QPN " + qpn(c.peer_qpn),
-             field, std::move(expected), "not in the capture", "the reference's answer to peer packet " +
+             field, std::move(expected), "not in the capture (not sent, or lost by the capture)", "the reference's answer to peer packet " +
              std::to_string(peer)}, peer, first_pos);
   };
   for (auto& [key, w] : x.reads)
@@ -717,8 +752,15 @@ int compare_capture(const pcap::Capture& cap, const Options& o, Report* r, std::
   std::vector<Conv> convs;
   if (int e = pair_qps(items, o, &convs, why)) return e;
   learn(convs, items);
-  for (Conv& c : convs)
+  for (Conv& c : convs) {
+    if (c.unseen)
+      return *why = "the capture is incomplete: the DUT acknowledged " + std::to_string(c.unseen) +
+                    " request PSNs to QPN " + qpn(c.dut_qpn) + " that it does not hold (first: " +
+                    std::to_string(c.first_unseen) + "). The capture lost frames (capture with a "
+                    "larger buffer, e.g. dumpcap -B 64, or at a lower rate), or the DUT "
+                    "acknowledged PSNs the peer never sent", EINVAL;
     if (int e = start(c, o, why)) return e;
+  }
   replay(convs, items, r);
   uint64_t first_pos = 0;
   for (Conv& c : convs) {
