@@ -125,6 +125,27 @@ TEST_CASE("compare__dut_frame_with_a_bad_icrc_is_a_divergence") {
   CHECK(r.first->dut_packet == at);
 }
 
+// A capture that lost a frame the DUT then acknowledged cannot be
+// compared: each later ACK would look wrong. It is refused, and says why.
+TEST_CASE("compare__capture_that_lost_an_acknowledged_frame_is_refused") {
+  std::vector<uint8_t> file = clean().pcap;
+  uint64_t at = find_frame(file, proto::IpAddr::v4(kPeerIp), Opcode::kSend, 1);
+  REQUIRE(at != 0);
+  pcap::Capture cap;
+  std::string why;
+  REQUIRE(pcap::parse_capture(file, &cap, &why) == 0);
+  const pcap::Record& rec = cap.records[at - 1];
+  auto from = file.begin() + static_cast<long>(rec.file_offset - 16);  // its record header
+  file.erase(from, from + 16 + static_cast<long>(rec.frame.size()));
+  REQUIRE(pcap::parse_capture(file, &cap, &why) == 0);
+  pcapcmp::Options o;
+  o.dut_ip = proto::IpAddr::v4(kDutIp);
+  pcapcmp::Report r;
+  CHECK(pcapcmp::compare_capture(cap, o, &r, &why) == EINVAL);
+  CHECK_MESSAGE(why.find("the capture is incomplete: the DUT acknowledged 1 request PSNs") != std::string::npos, why);
+  CHECK(why.find("dumpcap -B") != std::string::npos);
+}
+
 TEST_CASE("compare__refuses_without_a_dut_side") {
   pcap::Capture cap;
   std::string why;
