@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tests/pcap/conversation.h"
+#include "tests/pcap/plant.h"
 #include "tools/pcap-compare/compare.h"
 #include "tools/pcap-compare/pcap_reader.h"
 
@@ -223,6 +224,24 @@ TEST_CASE("hostile__garbage_frames_in_a_valid_file") {
   REQUIRE_MESSAGE(pcapcmp::compare_capture(cap, o, &r, &why) == 0, why);
   REQUIRE(r.first);
   CHECK(r.first->field == "mbth.version");
+}
+
+// A READ_REQ that asks for 1 GiB more than the DUT answered: the reference
+// would answer it in full. What it records is bounded; the comparison stops
+// with the reason instead of growing without end.
+TEST_CASE("hostile__a_request_asking_far_more_than_the_capture_shows") {
+  Conversation c = run_conversation(false);
+  uint64_t at = find_frame(c.pcap, proto::IpAddr::v4(kPeerIp), proto::Opcode::kReadReq, 1);
+  REQUIRE(at != 0);
+  REQUIRE(plant(&c.pcap, at, "reth.length", uint64_t{1} << 30) == "");
+  pcap::Capture cap;
+  std::string why;
+  REQUIRE(pcap::parse_capture(c.pcap, &cap, &why) == 0);
+  pcapcmp::Options o;
+  o.dut_ip = proto::IpAddr::v4(kDutIp);
+  pcapcmp::Report r;
+  CHECK(pcapcmp::compare_capture(cap, o, &r, &why) == EINVAL);
+  CHECK_MESSAGE(why.find("outgrew 4 times the capture") != std::string::npos, why);
 }
 
 }  // namespace

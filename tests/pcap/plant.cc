@@ -19,6 +19,7 @@ bool set_field(proto::Packet& p, const std::string& field, uint64_t delta,
   else if (field == "ack.rcv_msn") add32(p.ack.rcv_msn);
   else if (field == "ack.echo_ts") add32(p.ack.echo_ts);
   else if (field == "nack.psn") add32(p.nack.psn);
+  else if (field == "reth.length") add32(p.reth.length);
   else if (field == "nack.reason") p.nack.reason = static_cast<proto::NackReason>(static_cast<uint8_t>(p.nack.reason) + delta);
   else if (field == "atomic_resp.original") p.atomic_ack.original += delta;
   else if (field == "read_resp.payload" && !payload.empty()) payload[0] ^= static_cast<uint8_t>(delta);

@@ -21,7 +21,8 @@ uint64_t find_frame(const std::vector<uint8_t>& file, const proto::IpAddr& from,
 // Adds `delta` to the field (XORs it for ack.sack and read_resp.payload,
 // whose byte 0 it flips) in frame `number`. Fields: mbth.dest_qpn,
 // mbth.msn, mbth.offset, ack.cum_psn, ack.sack, ack.rcv_msn, ack.echo_ts,
-// nack.psn, nack.reason, atomic_resp.original, read_resp.payload.
+// nack.psn, nack.reason, reth.length, atomic_resp.original,
+// read_resp.payload.
 // "" or the reason it cannot.
 std::string plant(std::vector<uint8_t>* file, uint64_t number, const std::string& field,
                   uint64_t delta);

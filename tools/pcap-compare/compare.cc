@@ -441,8 +441,10 @@ void feed(Conv& c, const Item& it, uint64_t t) {
   record_state(c, before);
 }
 
-int start(Conv& c, const Options& o, std::string* why) {
-  c.ref = std::make_unique<Reference>(o.max_pages);
+int start(Conv& c, const Options& o, uint64_t capture_bytes, std::string* why) {
+  // What the reference may send: a few times what the capture holds.
+  uint64_t bound = std::max<uint64_t>(uint64_t{64} << 20, 4 * capture_bytes);
+  c.ref = std::make_unique<Reference>(o.max_pages, bound);
   if (int e = c.ref->setup(c.mirror, &c.ref_qpn, why)) return *why = "reference QP: " + *why, e;
   AckState s0;
   s0.ack.cum_psn = c.mirror.rq_psn;
@@ -528,11 +530,17 @@ size_t distance(const std::vector<Diff>& d) {
 
 // The latest prefix in [k_last, fed] whose state the ACK shows; else the
 // prefix it is nearest to.
+// An ACK's lag behind the newest packet the capture showed is bounded by
+// the DUT's receive queue; kAckWindow bounds the search (and its cost on a
+// hostile capture whose ACKs match nothing).
+constexpr size_t kAckWindow = 65536;
+
 Verdict compare_ack(const Conv& c, size_t* k_last, const Pending& pd) {
   size_t hi = std::min<size_t>(pd.fed, c.states.size() - 1), best = hi, best_n = 0;
+  size_t lo = std::max(*k_last, hi >= kAckWindow ? hi - kAckWindow : 0);
   std::vector<Diff> best_d;
   bool have = false;
-  for (size_t k = hi + 1; k-- > *k_last;) {
+  for (size_t k = hi + 1; k-- > lo;) {
     auto d = diff_ack(c, k, c.ce_sum[k] - c.ce_sum[*k_last], pd.item->p());
     size_t n = distance(d);
     if (!have || n < best_n) best = k, best_d = std::move(d), best_n = n, have = true;
@@ -759,13 +767,17 @@ int compare_capture(const pcap::Capture& cap, const Options& o, Report* r, std::
                     std::to_string(c.first_unseen) + "). The capture lost frames (capture with a "
                     "larger buffer, e.g. dumpcap -B 64, or at a lower rate), or the DUT "
                     "acknowledged PSNs the peer never sent", EINVAL;
-    if (int e = start(c, o, why)) return e;
+    if (int e = start(c, o, cap.bytes.size(), why)) return e;
   }
   replay(convs, items, r);
   uint64_t first_pos = 0;
   for (Conv& c : convs) {
     if (c.ref->memory().exhausted())
       return *why = "the capture writes more memory than --max-memory allows", EINVAL;
+    if (c.ref->overflowed())
+      return *why = "the reference's answers to QPN " + qpn(c.dut_qpn) + " outgrew 4 times the "
+                    "capture: its requests ask for far more than the capture shows (a huge READ?)",
+             EINVAL;
     compare_conv(c, r, &first_pos);
     r->qps.push_back("DUT QPN " + qpn(c.dut_qpn) + " (" + ip_text(c.mirror.dut_ip) + ") <-> peer QPN " +
                      qpn(c.peer_qpn) + " (" + ip_text(c.mirror.peer_ip) + "): rq_psn " +

@@ -24,6 +24,11 @@ class Port : public fw::PacketPortInterface {
  public:
   explicit Port(const uint64_t& fed) : fed_(fed) {}
   void send(const fw::OutPacket& o) override {
+    bytes += sizeof(RefPacket) + o.packet.payload.size();
+    if (bytes > max_bytes) {  // stop recording; the host sees overflowed()
+      overflowed = true;
+      return;
+    }
     RefPacket r;
     r.packet = o.packet;
     r.payload.assign(o.packet.payload.begin(), o.packet.payload.end());
@@ -32,6 +37,8 @@ class Port : public fw::PacketPortInterface {
     sent.push_back(std::move(r));
   }
   std::vector<RefPacket> sent;
+  uint64_t bytes = 0, max_bytes = ~uint64_t{0};
+  bool overflowed = false;
 
  private:
   const uint64_t& fed_;
@@ -126,8 +133,12 @@ struct Reference::Hal {
   Random random;
 };
 
-Reference::Reference(size_t max_pages)
-    : hal_(std::make_unique<Hal>(fed_)), mem_(std::make_unique<SparseMemory>(max_pages)) {}
+Reference::Reference(size_t max_pages, uint64_t max_sent_bytes)
+    : hal_(std::make_unique<Hal>(fed_)), mem_(std::make_unique<SparseMemory>(max_pages)) {
+  hal_->port.max_bytes = max_sent_bytes;
+}
+
+bool Reference::overflowed() const { return hal_->port.overflowed; }
 
 Reference::~Reference() = default;
 
@@ -204,7 +215,7 @@ int Reference::post_recv(uint32_t len) {
 
 void Reference::advance(uint64_t t) {
   constexpr int kMaxSteps = 1'000'000;  // a timer that never moves on is a bug, not a hang
-  for (int i = 0; i < kMaxSteps && engine_->next_deadline() <= t; ++i) {
+  for (int i = 0; i < kMaxSteps && !overflowed() && engine_->next_deadline() <= t; ++i) {
     hal_->clock.t = std::max(hal_->clock.t, engine_->next_deadline());
     engine_->on_timer();
   }
@@ -218,7 +229,7 @@ void Reference::feed(uint64_t t, std::span<const uint8_t> frame) {
 }
 
 void Reference::drain(uint64_t horizon, uint64_t max_steps) {
-  for (uint64_t i = 0; i < max_steps && engine_->next_deadline() <= horizon; ++i) {
+  for (uint64_t i = 0; i < max_steps && !overflowed() && engine_->next_deadline() <= horizon; ++i) {
     hal_->clock.t = std::max(hal_->clock.t, engine_->next_deadline());
     engine_->on_timer();
   }

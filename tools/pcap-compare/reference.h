@@ -69,7 +69,10 @@ struct QpMirror {
 
 class Reference {
  public:
-  explicit Reference(size_t max_pages);
+  // max_pages bounds the simulated memory; max_sent_bytes what it records
+  // of its own packets (a capture can ask for far more than it shows: one
+  // READ_REQ of 2 GiB). Past it, recording and timers stop: overflowed().
+  Reference(size_t max_pages, uint64_t max_sent_bytes);
   ~Reference();
   // Creates and connects the QP. 0, or an errno with *why.
   int setup(const QpMirror& m, uint32_t* ref_qpn, std::string* why);
@@ -84,6 +87,7 @@ class Reference {
   const std::vector<RefPacket>& sent() const;
   uint64_t fed() const { return fed_; }
   const fw::Counters& counters() const;
+  bool overflowed() const;
 
  private:
   struct Hal;
