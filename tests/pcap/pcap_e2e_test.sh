@@ -9,7 +9,10 @@
 #     READ_RESP's MSN; frame rebuilt by the codec): named with its field,
 #     its frame number and its section;
 #   - hostile files (cut, another link type, garbage): exit 2 with a reason,
-#     no crash.
+#     no crash;
+#   - then with daemon A on the device model behind the hardware ABI
+#     (--backend hw --hw-device model): pingpong, ib_write_bw and ib_read_bw
+#     compare clean against the reference.
 # Needs root; skips with a reason otherwise.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -103,26 +106,44 @@ compare_clean() {
   [ "${n:-0}" -gt 10 ] || e2e_fail "only ${n:-0} DUT responses compared"
 }
 
-t_pingpong() {
-  capture_start ctl "$WORK/pingpong.pcap"
-  pair pingpong "in_a ibv_rc_pingpong -d $MROCE_DEV_A -g $GID_A -s 4096 -n 200" \
-                "in_b ibv_rc_pingpong -d $MROCE_DEV_B -g $GID_B -s 4096 -n 200"
+# Captures one pair's conversation in A and compares it: no divergence.
+captured() {  # name ctl|dumpcap "server cmd" "client cmd"
+  local file=$WORK/$1.pcap
+  [ "$2" = dumpcap ] && file=$WORK/$1.pcapng
+  capture_start "$2" "$file"
+  pair "$1" "$3" "$4"
   capture_stop
-  compare_clean "$WORK/pingpong.pcap"
+  compare_clean "$file"
+}
+pingpong() { echo "in_$1 ibv_rc_pingpong -d $2 -g $3 -s 4096 -n 200"; }
+perf() { echo "in_$1 $4 -d $2 -x $3 -u 18 -s 65536 -n 100"; }
+t_pingpong() {
+  captured pingpong ctl "$(pingpong a "$MROCE_DEV_A" "$GID_A")" "$(pingpong b "$MROCE_DEV_B" "$GID_B")"
 }
 t_write_bw() {
-  capture_start dumpcap "$WORK/write_bw.pcapng"
-  pair write_bw "in_a ib_write_bw -d $MROCE_DEV_A -x $GID_A -u 18 -s 65536 -n 100" \
-                "in_b ib_write_bw -d $MROCE_DEV_B -x $GID_B -u 18 -s 65536 -n 100"
-  capture_stop
-  compare_clean "$WORK/write_bw.pcapng"
+  captured write_bw dumpcap "$(perf a "$MROCE_DEV_A" "$GID_A" ib_write_bw)" "$(perf b "$MROCE_DEV_B" "$GID_B" ib_write_bw)"
 }
 t_read_bw() {
-  capture_start dumpcap "$WORK/read_bw.pcapng"
-  pair read_bw "in_a ib_read_bw -d $MROCE_DEV_A -x $GID_A -u 18 -s 65536 -n 100" \
-               "in_b ib_read_bw -d $MROCE_DEV_B -x $GID_B -u 18 -s 65536 -n 100"
-  capture_stop
-  compare_clean "$WORK/read_bw.pcapng"
+  captured read_bw dumpcap "$(perf a "$MROCE_DEV_A" "$GID_A" ib_read_bw)" "$(perf b "$MROCE_DEV_B" "$GID_B" ib_read_bw)"
+}
+# The DUT is the device model behind the hardware ABI (metaroced --backend
+# hw --hw-device model, docs/hardware-offload.md §8), the peer a soft NIC.
+stat_a() { mroce_in_a "$CTL" --run-dir "$MROCE_RUN_A" --sysfs-root "$MROCE_SYSFS_A" stat -a "$MROCE_DEV_A"; }
+t_model_is_the_dut() {
+  stat_a | grep -qE '^ *model_' || e2e_fail "daemon A does not report the device model's counters"
+}
+# The restarted daemon's device, as libibverbs and metaroce-ctl see it.
+model_ready() {
+  in_a ibv_devinfo -d "$MROCE_DEV_A" 2>/dev/null | grep -q PORT_ACTIVE && stat_a >/dev/null 2>&1
+}
+t_model_pingpong() {
+  captured model_pingpong ctl "$(pingpong a "$MROCE_DEV_A" "$GID_A")" "$(pingpong b "$MROCE_DEV_B" "$GID_B")"
+}
+t_model_write_bw() {
+  captured model_write_bw dumpcap "$(perf a "$MROCE_DEV_A" "$GID_A" ib_write_bw)" "$(perf b "$MROCE_DEV_B" "$GID_B" ib_write_bw)"
+}
+t_model_read_bw() {
+  captured model_read_bw dumpcap "$(perf a "$MROCE_DEV_A" "$GID_A" ib_read_bw)" "$(perf b "$MROCE_DEV_B" "$GID_B" ib_read_bw)"
 }
 
 # pcap-plant prints the frame it changed; the report must name it.
@@ -161,4 +182,17 @@ e2e_case read_bw_capture_has_no_divergence t_read_bw
 e2e_case planted_ack_cum_psn_is_named t_planted_ack_cum_psn
 e2e_case planted_read_resp_msn_is_named t_planted_read_resp_msn
 e2e_case hostile_files_exit_2_with_a_reason t_hostile_files
+
+# Daemon A again, now with the device model as its transport.
+if MROCE_DAEMON_ARGS="--backend hw --hw-device model" mroce_daemon_restart a &&
+   wait_for 30 model_ready; then
+  GID_A=$(gid_index in_a "$MROCE_DEV_A" "$MROCE_IP_A")
+  echo "daemon A on the device model; GID index $GID_A"
+  e2e_case device_model_is_the_dut t_model_is_the_dut
+  e2e_case model_pingpong_capture_has_no_divergence t_model_pingpong
+  e2e_case model_write_bw_capture_has_no_divergence t_model_write_bw
+  e2e_case model_read_bw_capture_has_no_divergence t_model_read_bw
+else
+  echo "FAIL: daemon A did not come up on the device model"; E2E_FAILED=$((E2E_FAILED + 1))
+fi
 e2e_finish
