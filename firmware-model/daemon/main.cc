@@ -239,6 +239,7 @@ int run(const Options& o) {
   cfg.user_limits.max_ring_bytes = uint64_t{o.uid_max_ring_mb} << 20;
   cfg.ifindex = static_cast<uint32_t>(link.monitor().link().ifindex);
   cfg.gid_tbl_len = HostLink::kGidTableLen;
+  cfg.link = &link;
   Device device(cfg, pio.get(), &link, doorbell);
   link.set_guid(cfg.node_guid);
   link.attach(&device);
