@@ -167,6 +167,7 @@ void CmRole::for_each_counter(F&& f) const {
 #define MROCE_CM_ROLE_VISIT(n) f(std::string(#n), counters_.n);
   MROCE_CM_ROLE_COUNTERS(MROCE_CM_ROLE_VISIT)
 #undef MROCE_CM_ROLE_VISIT
+  f("cm_ids_live", ids_.size());  // a gauge: IDs of every client now
   cm_.for_each_counter([&](const std::string& name, uint64_t v) { f("cm_" + name, v); });
 }
 

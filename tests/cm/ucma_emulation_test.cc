@@ -43,6 +43,7 @@ enum : uint32_t {  // enum rdma_cm_event_type
   kRejected = 8,
   kEstablished = 9,
   kDisconnected = 10,
+  kTimewaitExit = 15,
 };
 
 uint32_t counter_random(void* ctx) { return ++*static_cast<uint32_t*>(ctx) * 2654435761u; }
@@ -350,6 +351,11 @@ TEST_CASE("cm_role__connect_accept_disconnect_end_to_end") {
   CHECK(ev.id == p.child);
   CHECK(p.client.event(&ev) == kDisconnected);
   CHECK(p.server.run(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{p.child}) > 0);  // again: fine
+  // Programs (cmtime's server) wait for TIMEWAIT_EXIT, as the kernel sends it.
+  p.dev.now += 10'000'000'000;
+  p.dev.pump();
+  CHECK(p.server.event(&ev) == kTimewaitExit);
+  CHECK(p.client.event(&ev) == kTimewaitExit);
 }
 
 TEST_CASE("cm_role__connect_to_a_port_nobody_listens_on_is_rejected_at_once") {
