@@ -296,6 +296,7 @@ int run(const Options& o) {
     log_line(LogLevel::kInfo, "transport: hw backend on the device model (" +
                                   std::string(pio->name()) + " is its MAC)");
   }
+  cfg.link = &link;
   Device device(cfg, backend, doorbell);
   if (!hw_error.empty()) {
     log_line(LogLevel::kError, hw_error);
