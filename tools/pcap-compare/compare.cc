@@ -470,10 +470,12 @@ void replay(std::vector<Conv>& convs, const std::vector<Item>& items, Report* r)
       }
     } else if (it.frame && is_cm(op)) {
       ++r->dut_cm;
-    } else if (it.frame && is_request(op)) {
+    } else if (it.frame && (is_request(op) || op == Opcode::kProbe)) {
       ++r->dut_requests;
     } else if (c && is_response(op)) {
       c->dut.push_back({&it, c->ref->fed()});
+    } else if (it.frame) {
+      ++r->dut_unpaired;  // a response to a QP of no pair (with --pair)
     }
   }
   for (Conv& c : convs) c.ref->drain(last + 10'000'000'000ull, 10'000'000);
@@ -796,10 +798,14 @@ std::string format_report(const Report& r) {
                 "frames %" PRIu64 ": MetaRoCE %" PRIu64 ", other %" PRIu64 "\n"
                 "peer packets replayed through the reference: %" PRIu64 " (not replayed: %" PRIu64 ")\n"
                 "DUT responses compared: %" PRIu64 ", matched: %" PRIu64 ", diverged: %" PRIu64 "\n"
-                "DUT requests (not compared): %" PRIu64 ", CM: %" PRIu64 "\n",
+                "DUT requests (not compared): %" PRIu64 ", CM: %" PRIu64
+                ", responses to QPs of no pair: %" PRIu64 "\n",
                 r.frames, r.metaroce, r.other, r.peer_replayed, r.peer_not_replayed, r.dut_compared,
-                r.dut_matched, r.divergences, r.dut_requests, r.dut_cm);
+                r.dut_matched, r.divergences, r.dut_requests, r.dut_cm, r.dut_unpaired);
   s += b;
+  s += "not compared: timing, ACK count and coalescing, ack.credit, the MBTH psn/timestamp/path of "
+       "ACKs, UDP source ports; learned from the capture: PSNs, MTU, R_Keys, receive posting, "
+       "memory it does not write (docs/vendor-guide.md §7)\n";
   for (const std::string& q : r.qps) s += "qp: " + q + "\n";
   if (!r.first) return s + "result: no divergence\n";
   const Divergence& d = *r.first;
