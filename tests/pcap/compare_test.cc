@@ -116,7 +116,7 @@ TEST_CASE("compare__planted_divergence_is_named") {
 // four (it lags). An ACK whose cum_psn claims one packet more equals the
 // state one packet later but for that packet's path: the field named must
 // be cum_psn, the trigger says which prefix the ACK belongs to.
-std::vector<uint8_t> burst_capture(uint32_t planted_cum) {
+std::vector<uint8_t> burst_capture(uint32_t planted_cum, bool with_ud = false) {
   proto::FrameHeaders peer, dut;
   peer.src_ip = dut.dst_ip = proto::IpAddr::v4(kPeerIp);
   peer.dst_ip = dut.src_ip = proto::IpAddr::v4(kDutIp);
@@ -150,7 +150,25 @@ std::vector<uint8_t> burst_capture(uint32_t planted_cum) {
   a.ack.cum_psn = 104;
   a.ack.echo_path = 3;
   add(dut, a);
+  if (with_ud) {  // datagrams of other QPs, both ways (protocol.md §13)
+    proto::Packet u;
+    u.mbth.opcode = Opcode::kUdSend;
+    u.mbth.dest_qpn = 0x99;
+    add(dut, u);
+    u.mbth.dest_qpn = 0x98;
+    add(peer, u);
+  }
   return file;
+}
+
+TEST_CASE("compare__datagrams_are_counted_not_paired_or_compared") {
+  pcapcmp::Report r = compare(burst_capture(102, true));
+  INFO(pcapcmp::format_report(r));
+  CHECK(!r.first);
+  CHECK(r.dut_matched == 2);
+  CHECK(r.dut_ud == 1);
+  CHECK(r.peer_not_replayed == 1);
+  CHECK(pcapcmp::format_report(r).find(", UD: 1,") != std::string::npos);
 }
 
 TEST_CASE("compare__a_cum_psn_one_ahead_in_a_burst_is_named_as_the_cum_psn") {
