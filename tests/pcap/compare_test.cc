@@ -7,6 +7,7 @@
 
 #include "tests/pcap/conversation.h"
 #include "tests/pcap/plant.h"
+#include "tools/ctl/capture.h"
 #include "tools/pcap-compare/compare.h"
 #include "tools/pcap-compare/rules.h"
 
@@ -108,6 +109,80 @@ TEST_CASE("compare__planted_divergence_is_named") {
     CHECK(std::string(pcapcmp::rule_for(r.first->field).section) == pc.section);
     CHECK(pcapcmp::format_report(r).find(std::string("field:    ") + pc.reported) != std::string::npos);
   }
+}
+
+// A hand-built capture: four WRITE packets of one burst (one timestamp,
+// four paths), then the DUT's ACK of the first two, captured after all
+// four (it lags). An ACK whose cum_psn claims one packet more equals the
+// state one packet later but for that packet's path: the field named must
+// be cum_psn, the trigger says which prefix the ACK belongs to.
+std::vector<uint8_t> burst_capture(uint32_t planted_cum, bool with_ud = false) {
+  proto::FrameHeaders peer, dut;
+  peer.src_ip = dut.dst_ip = proto::IpAddr::v4(kPeerIp);
+  peer.dst_ip = dut.src_ip = proto::IpAddr::v4(kDutIp);
+  std::vector<uint8_t> file = ctl::pcap_file_header(65535), payload(1024, 7);
+  auto add = [&](const proto::FrameHeaders& h, const proto::Packet& p) {
+    std::vector<uint8_t> f(proto::encap_length(h) + proto::transport_length(p));
+    f.resize(proto::build_frame(h, p, f));
+    auto rec = ctl::pcap_record(1000, f, 65535);
+    file.insert(file.end(), rec.begin(), rec.end());
+  };
+  for (uint32_t i = 0; i < 4; ++i) {
+    proto::Packet w;
+    w.mbth.opcode = Opcode::kWrite;
+    w.mbth.dest_qpn = 0x11;
+    w.mbth.psn = 100 + i;
+    w.mbth.offset = 1024 * i;
+    w.mbth.path_id = static_cast<uint8_t>(i);
+    w.mbth.timestamp = 5555;
+    w.mbth.flags = i == 3 ? proto::kFlagLast | proto::kFlagAckReq : 0;
+    w.reth = {0x10000, 0x77, 4096};
+    w.payload = payload;
+    add(peer, w);
+  }
+  proto::Packet a;
+  a.mbth.opcode = Opcode::kAck;
+  a.mbth.dest_qpn = 0x22;
+  a.ack.cum_psn = planted_cum;
+  a.ack.echo_ts = 5555;
+  a.ack.echo_path = 1;  // the second packet's
+  add(dut, a);
+  a.ack.cum_psn = 104;
+  a.ack.echo_path = 3;
+  add(dut, a);
+  if (with_ud) {  // datagrams of other QPs, both ways (protocol.md §13)
+    proto::Packet u;
+    u.mbth.opcode = Opcode::kUdSend;
+    u.mbth.dest_qpn = 0x99;
+    add(dut, u);
+    u.mbth.dest_qpn = 0x98;
+    add(peer, u);
+  }
+  return file;
+}
+
+TEST_CASE("compare__datagrams_are_counted_not_paired_or_compared") {
+  pcapcmp::Report r = compare(burst_capture(102, true));
+  INFO(pcapcmp::format_report(r));
+  CHECK(!r.first);
+  CHECK(r.dut_matched == 2);
+  CHECK(r.dut_ud == 1);
+  CHECK(r.peer_not_replayed == 1);
+  CHECK(pcapcmp::format_report(r).find(", UD: 1,") != std::string::npos);
+}
+
+TEST_CASE("compare__a_cum_psn_one_ahead_in_a_burst_is_named_as_the_cum_psn") {
+  pcapcmp::Report clean_r = compare(burst_capture(102));
+  INFO(pcapcmp::format_report(clean_r));
+  CHECK(!clean_r.first);
+  CHECK(clean_r.dut_matched == 2);
+  pcapcmp::Report r = compare(burst_capture(103));
+  INFO(pcapcmp::format_report(r));
+  REQUIRE(r.first);
+  CHECK(r.first->dut_packet == 5);
+  CHECK(r.first->field == "ack.cum_psn");
+  CHECK(r.first->expected == "102");
+  CHECK(r.first->actual == "103");
 }
 
 TEST_CASE("compare__dut_frame_with_a_bad_icrc_is_a_divergence") {

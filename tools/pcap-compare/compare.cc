@@ -46,6 +46,9 @@ bool is_response(Opcode op) {
   }
 }
 bool is_cm(Opcode op) { return op >= Opcode::kCmReq && op <= Opcode::kCmDrep; }
+// Datagrams (protocol.md §13) are not RC conversations: not paired or compared.
+bool is_ud(Opcode op) { return op == Opcode::kUdSend || op == Opcode::kUdSendImm; }
+bool not_rc(Opcode op) { return is_cm(op) || is_ud(op); }
 bool receive_consuming(Opcode op) {
   return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
 }
@@ -275,7 +278,7 @@ int pair_qps(const std::vector<Item>& items, const Options& o, std::vector<Conv>
   std::map<uint32_t, const Item*> dut_qps;  // QPN -> a packet addressed to it
   std::map<uint32_t, uint64_t> peer_qps;     // QPN -> DUT packets addressed to it
   for (const Item& it : items) {
-    if (!it.frame || it.side == Side::kOther || is_cm(it.p().mbth.opcode)) continue;
+    if (!it.frame || it.side == Side::kOther || not_rc(it.p().mbth.opcode)) continue;
     if (it.side == Side::kPeer) dut_qps.emplace(it.p().mbth.dest_qpn, &it);
     else ++peer_qps[it.p().mbth.dest_qpn];
   }
@@ -346,7 +349,7 @@ void learn(std::vector<Conv>& convs, const std::vector<Item>& items) {
   std::map<Conv*, std::set<uint32_t>> sent;  // the peer's request PSNs
   for (const Item& it : items) {
     Conv* c = conv_of(convs, it);
-    if (!c || is_cm(it.p().mbth.opcode)) continue;
+    if (!c || not_rc(it.p().mbth.opcode)) continue;
     learn_psns(*c, it);
     const Packet& p = it.p();
     if (it.side == Side::kPeer && is_request(p.mbth.opcode)) {
@@ -470,10 +473,14 @@ void replay(std::vector<Conv>& convs, const std::vector<Item>& items, Report* r)
       }
     } else if (it.frame && is_cm(op)) {
       ++r->dut_cm;
-    } else if (it.frame && is_request(op)) {
+    } else if (it.frame && is_ud(op)) {
+      ++r->dut_ud;
+    } else if (it.frame && (is_request(op) || op == Opcode::kProbe)) {
       ++r->dut_requests;
     } else if (c && is_response(op)) {
       c->dut.push_back({&it, c->ref->fed()});
+    } else if (it.frame) {
+      ++r->dut_unpaired;  // a response to a QP of no pair (with --pair)
     }
   }
   for (Conv& c : convs) c.ref->drain(last + 10'000'000'000ull, 10'000'000);
@@ -796,10 +803,14 @@ std::string format_report(const Report& r) {
                 "frames %" PRIu64 ": MetaRoCE %" PRIu64 ", other %" PRIu64 "\n"
                 "peer packets replayed through the reference: %" PRIu64 " (not replayed: %" PRIu64 ")\n"
                 "DUT responses compared: %" PRIu64 ", matched: %" PRIu64 ", diverged: %" PRIu64 "\n"
-                "DUT requests (not compared): %" PRIu64 ", CM: %" PRIu64 "\n",
+                "DUT requests (not compared): %" PRIu64 ", CM: %" PRIu64 ", UD: %" PRIu64
+                ", responses to QPs of no pair: %" PRIu64 "\n",
                 r.frames, r.metaroce, r.other, r.peer_replayed, r.peer_not_replayed, r.dut_compared,
-                r.dut_matched, r.divergences, r.dut_requests, r.dut_cm);
+                r.dut_matched, r.divergences, r.dut_requests, r.dut_cm, r.dut_ud, r.dut_unpaired);
   s += b;
+  s += "not compared: timing, ACK count and coalescing, ack.credit, the MBTH psn/timestamp/path of "
+       "ACKs, UDP source ports; learned from the capture: PSNs, MTU, R_Keys, receive posting, "
+       "memory it does not write (docs/vendor-guide.md §7)\n";
   for (const std::string& q : r.qps) s += "qp: " + q + "\n";
   if (!r.first) return s + "result: no divergence\n";
   const Divergence& d = *r.first;

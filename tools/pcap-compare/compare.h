@@ -46,7 +46,8 @@ struct Report {
   uint64_t peer_replayed = 0;  // peer requests and probes fed to the reference
   uint64_t peer_not_replayed = 0;  // the peer's ACKs, responses, CM and frames the codec rejects
   uint64_t dut_compared = 0, dut_matched = 0;  // DUT responses (and malformed DUT frames)
-  uint64_t dut_requests = 0, dut_cm = 0;       // not compared
+  uint64_t dut_requests = 0, dut_cm = 0, dut_ud = 0;  // not compared
+  uint64_t dut_unpaired = 0;  // DUT responses to a QPN of no pair (not compared)
   uint64_t divergences = 0;
   std::vector<std::string> qps;  // "DUT QPN 0x000012 <-> peer QPN 0x000034 (10.0.0.2) ..."
   std::optional<Divergence> first;
