@@ -160,6 +160,17 @@ struct File {
     const ssize_t r = run(RDMA_USER_CM_CMD_GET_EVENT, cmd);
     return r > 0 ? static_cast<int64_t>(resp->event) : int64_t{-1};
   }
+  // Reads every waiting event of `type` (the role refills the socket from
+  // its queue as it drains); stops at another event or when none is left.
+  int count(uint32_t type) {
+    rdma_ucm_event_resp ev{};
+    int n = 0;
+    for (;;) {
+      const int64_t e = event(&ev);
+      if (e == type) n++;
+      else if (e != -1 || dev.role->poll(dev.now) == 0) return n;
+    }
+  }
   // RESOLVE_IP, RESOLVE_ROUTE and CONNECT to 10.77.0.1:port (QP 0x111).
   void connect(uint32_t id, uint16_t port) {
     rdma_ucm_resolve_ip r{};
@@ -420,4 +431,48 @@ TEST_CASE("cm_role__malformed_frames_are_counted_drops") {
   rdma_ucm_event_resp ev{};
   CHECK(p.client.event(&ev) == -1);  // still connected: no event
   CHECK(p.server.event(&ev) == -1);
+}
+
+// Anyone can send REQs from any address: the REJs answering REQs that made
+// no connection are bounded per second, the rest counted.
+TEST_CASE("cm_role__rejs_to_stray_reqs_are_rate_limited") {
+  Device d;
+  File f(d, 1);
+  for (int i = 0; i < 300; i++) {
+    const uint32_t id = f.create();
+    f.connect(id, 7999);  // nobody listens
+  }
+  size_t rejs = 0;
+  while (!d.wire.empty()) {
+    std::vector<uint8_t> frame = std::move(d.wire.front());
+    d.wire.pop_front();
+    auto parsed = proto::parse_frame(frame);
+    REQUIRE(parsed);
+    if (parsed.value().packet.mbth.opcode == proto::Opcode::kCmRej) rejs++;
+    d.role->on_frame(frame, d.now);
+  }
+  CHECK(rejs == 256);
+  CHECK(counter(*d.role, "cm_rej_rate_limited") == 300 - 256);
+  CHECK(counter(*d.role, "cm_rej_no_listener") == 300);
+  CHECK(f.count(kRejected) == 256);  // the others wait for their REQ timeout
+  d.now += 1'100'000'000;  // the next second has a fresh budget
+  d.role->poll(d.now);
+  f.connect(f.create(), 7999);
+  d.pump();
+  CHECK(counter(*d.role, "cm_rej_rate_limited") == 300 - 256);
+}
+
+// A REQ flood holds at most the listener's backlog; the rest is rejected
+// at once (IB_CM_REJ_NO_RESOURCES), through the daemon's command path.
+TEST_CASE("cm_role__a_req_flood_is_bounded_by_the_backlog") {
+  Device d;
+  File server(d, 1), client(d, 2);
+  const uint32_t lid = server.create();
+  REQUIRE(server.bind_v4(lid, "10.77.0.1", 7000) > 0);
+  REQUIRE(server.listen(lid, 2) > 0);
+  for (int i = 0; i < 5; i++) client.connect(client.create(), 7000);
+  d.pump();
+  CHECK(server.count(kConnectRequest) == 2);
+  CHECK(client.count(kRejected) == 3);
+  CHECK(counter(*d.role, "cm_rej_backlog_full") == 3);
 }
