@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <bit>
 #include <utility>
 
 #include <boost/asio.hpp>
@@ -266,6 +267,12 @@ int run(const Options& o) {
   cfg.engine.congestion = o.cc;
   cfg.engine.base_rtt = static_cast<fw::Time>(o.base_rtt_us) * 1000;
   cfg.engine.link_bps = static_cast<uint64_t>(o.link_gbps) * 1'000'000'000;
+  cfg.engine.violate = o.violate;
+  if (o.violate)
+    log_line(LogLevel::kWarn, "--violate: " + std::to_string(std::popcount(o.violate)) +
+                                  " protocol rule(s) broken on purpose (" +
+                                  fw::violation_names(o.violate) +
+                                  "): this device is NOT conformant; for tests only");
   cfg.limits.max_qp = o.max_qp_per_client;
   cfg.user_limits.max_qp = o.uid_max_qp;
   cfg.user_limits.max_cq = o.uid_max_cq;

@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "firmware-model/engine/engine.h"
+
 namespace metaroce::daemon {
 
 const char* usage() {
@@ -46,6 +48,10 @@ const char* usage() {
          "                          /etc/metaroce/IF.conf)\n"
          "  --metrics [ADDR:]PORT   serve counters to Prometheus on http://ADDR:PORT/metrics (off by default;\n"
          "                          ADDR defaults to 127.0.0.1)\n"
+         "  --violate RULE[,RULE]   TEST ONLY: break these protocol rules on purpose (a\n"
+         "                          non-conformant device for the conformance suite,\n"
+         "                          docs/conformance.md): ack-without-sack, wrong-nack-code,\n"
+         "                          no-probe-reply\n"
          "  -v                      log at debug level too (client connections, I/O probing)\n";
 }
 
@@ -183,6 +189,12 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
       if (!number(0, 99, &o->rt_priority)) return false;
     } else if (a == "--pidfile") {
       if (!value(&o->pidfile)) return false;
+    } else if (a == "--violate") {
+      if (!value(&v)) return false;
+      if (!fw::parse_violations(v, &o->violate, error)) {
+        *error = "--violate: " + *error;
+        return false;
+      }
     } else if (a == "--metrics") {
       if (!value(&v) || !parse_listen_address(v, &o->metrics_addr, &o->metrics_port, error))
         return false;

@@ -36,6 +36,10 @@ struct Options {
   // when metrics_port is 0. ADDR defaults to 127.0.0.1 (IPv6 as [ADDR]).
   std::string metrics_addr = "127.0.0.1";
   uint16_t metrics_port = 0;
+  // --violate RULE[,RULE]: test only. Breaks the named rules of
+  // docs/protocol.md on purpose (fw::Violation), for the conformance
+  // suite's non-conformant device. Command line only, never a config file.
+  uint32_t violate = 0;
 };
 
 // "9464", "127.0.0.1:9464", "[::1]:9464" -> address and port (1..65535).
