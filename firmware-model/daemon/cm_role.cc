@@ -536,11 +536,11 @@ void CmRole::close_client(fw::OwnerId client, fw::Time now) {
 int CmRole::admit_id(Channel& ch, Reply* out) {
   if (ch.ids.size() >= limits_.max_ids_per_client) {
     counters_.cm_ids_client_limit++;
-    return fail(out, ENOMEM, "too many rdma_cm IDs on this channel (CmLimits::max_ids_per_client)");
+    return fail(out, ENOMEM, "too many rdma_cm IDs on this channel (max_ids_per_client: raise --max-cm-ids-per-client)");
   }
   if (ids_per_user_[ch.user] >= limits_.max_ids_per_user) {
     counters_.cm_ids_user_limit++;
-    return fail(out, ENOMEM, "too many rdma_cm IDs for this user (CmLimits::max_ids_per_user)");
+    return fail(out, ENOMEM, "too many rdma_cm IDs for this user (max_ids_per_user: raise --uid-max-cm-ids)");
   }
   return 0;
 }

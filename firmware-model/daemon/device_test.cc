@@ -795,6 +795,10 @@ TEST_CASE("options__bad_command_lines_say_what_is_wrong") {
   CHECK(ok.uid_max_qp == 7);
   CHECK(ok.uid_max_connections == 5);
   CHECK(ok.uid_max_ring_mb == 64);
+  REQUIRE(parse_options({"--netdev", "eth0", "--max-cm-ids-per-client", "8", "--uid-max-cm-ids", "9"},
+                        &ok, &err, &help));
+  CHECK(ok.max_cm_ids_per_client == 8);
+  CHECK(ok.uid_max_cm_ids == 9);
   CHECK(std::string(usage()).find("--uid-max-qp N") != std::string::npos);
 }
 

@@ -280,6 +280,8 @@ int run(const Options& o) {
   cfg.user_limits.max_mr = o.uid_max_mr;
   cfg.user_limits.max_connections = o.uid_max_connections;
   cfg.user_limits.max_ring_bytes = uint64_t{o.uid_max_ring_mb} << 20;
+  cfg.cm_limits.max_ids_per_client = o.max_cm_ids_per_client;
+  cfg.cm_limits.max_ids_per_user = o.uid_max_cm_ids;
   cfg.ifindex = static_cast<uint32_t>(link.monitor().link().ifindex);
   cfg.gid_tbl_len = HostLink::kGidTableLen;
   // The one place the transport is chosen: the soft NIC on this packet

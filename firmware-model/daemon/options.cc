@@ -40,6 +40,8 @@ const char* usage() {
          "  --uid-max-mr N          per-user MR limit (default 32768)\n"
          "  --uid-max-connections N per-user limit of open control connections (default 256)\n"
          "  --uid-max-ring-mb N     per-user CQ+QP ring memory in MiB (default 1024)\n"
+         "  --max-cm-ids-per-client N  rdma_cm IDs per channel (default 1024)\n"
+         "  --uid-max-cm-ids N      per-user rdma_cm IDs over all its channels (default 4096)\n"
          "  --pidfile FILE          write the daemon's pid here\n"
          "  --rt-priority N         run the NIC loop SCHED_FIFO at priority N, 0 = off (default\n"
          "                          10: a woken NIC must preempt busy-polling applications)\n"
@@ -183,6 +185,10 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
       if (!number(1, 1u << 20, &o->uid_max_mr)) return false;
     } else if (a == "--uid-max-connections") {
       if (!number(1, 65536, &o->uid_max_connections)) return false;
+    } else if (a == "--max-cm-ids-per-client") {
+      if (!number(1, 65536, &o->max_cm_ids_per_client)) return false;
+    } else if (a == "--uid-max-cm-ids") {
+      if (!number(1, 1u << 20, &o->uid_max_cm_ids)) return false;
     } else if (a == "--uid-max-ring-mb") {
       if (!number(1, 1u << 20, &o->uid_max_ring_mb)) return false;
     } else if (a == "--rt-priority") {

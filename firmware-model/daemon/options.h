@@ -29,6 +29,8 @@ struct Options {
   uint32_t uid_max_pd = 2048, uid_max_mr = 32768, uid_max_cq = 2048, uid_max_qp = 2048;
   uint32_t uid_max_connections = 256;
   uint32_t uid_max_ring_mb = 1024;    // CQ and QP ring memory, MiB
+  uint32_t max_cm_ids_per_client = 1024;  // --max-cm-ids-per-client N (rdma_cm IDs)
+  uint32_t uid_max_cm_ids = 4096;         // --uid-max-cm-ids N
   std::string pidfile;                // --pidfile FILE
   uint32_t rt_priority = 10;          // --rt-priority N (SCHED_FIFO; 0 = normal scheduling)
   bool verbose = false;               // -v

@@ -60,6 +60,9 @@ struct File {
   // The descriptor's reference and one per write() in progress: a thread
   // blocked in GET_EVENT keeps the file while another closes it.
   std::atomic<int> refs{1};
+  // Descriptors naming this file (dup, dup2, dup3, fcntl F_DUPFD): the file
+  // closes, and metaroced destroys its IDs, when the last one is closed.
+  std::atomic<int> aliases{1};
   File(int fd, int ctrl_fd, uint64_t token)
       : ucma(fd, [this](uint16_t op, std::span<const uint8_t> b, int f, std::vector<uint8_t>* r,
                         std::string* why) { return ctrl.request(op, b, f, r, why); },
@@ -110,10 +113,18 @@ using OpenFn = int (*)(const char*, int, ...);
 using WriteFn = ssize_t (*)(int, const void*, size_t);
 using CloseFn = int (*)(int);
 using FstatFn = int (*)(int, struct stat*);
+using DupFn = int (*)(int);
+using Dup2Fn = int (*)(int, int);
+using Dup3Fn = int (*)(int, int, int);
+using FcntlFn = int (*)(int, int, ...);
 OpenFn real_open, real_open64;
 WriteFn real_write;
 CloseFn real_close;
 FstatFn real_fstat, real_fstat64;
+DupFn real_dup;
+Dup2Fn real_dup2;
+Dup3Fn real_dup3;
+FcntlFn real_fcntl, real_fcntl64;
 
 template <class Fn>
 Fn next(const char* name, const char* version) {
@@ -129,6 +140,11 @@ __attribute__((constructor)) void resolve() {
   real_close = next<CloseFn>("close", "GLIBC_2.2.5");
   real_fstat = next<FstatFn>("fstat", "GLIBC_2.33");
   real_fstat64 = next<FstatFn>("fstat64", "GLIBC_2.33");
+  real_dup = next<DupFn>("dup", "GLIBC_2.2.5");
+  real_dup2 = next<Dup2Fn>("dup2", "GLIBC_2.2.5");
+  real_dup3 = next<Dup3Fn>("dup3", "GLIBC_2.9");
+  real_fcntl = next<FcntlFn>("fcntl", "GLIBC_2.2.5");
+  real_fcntl64 = next<FcntlFn>("fcntl64", "GLIBC_2.28");
 }
 
 // Closing the control connection is what tells metaroced the file is
@@ -137,9 +153,12 @@ void unref(File* f) {
   if (f->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete f;
 }
 
+// One descriptor of the file is gone.
 void release(File* f) {
-  f->ucma.mark_closed();
-  real_close(f->ctrl.fd);
+  if (f->aliases.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    f->ucma.mark_closed();
+    real_close(f->ctrl.fd);
+  }
   unref(f);
 }
 
@@ -158,6 +177,21 @@ File* ours(int fd) {
   if (real_fstat && real_fstat(fd, &st) == 0 && st.st_dev == f->dev && st.st_ino == f->ino) return f;
   if (g_files[fd].compare_exchange_strong(f, nullptr, std::memory_order_acq_rel)) release(f);
   return nullptr;
+}
+
+// `newfd` (a dup of `oldfd`) names the same emulated file, or, if `oldfd`
+// is not ours, nothing of ours any more (dup2 over an emulated descriptor
+// closed it). Returns newfd.
+int track_dup(int oldfd, int newfd) {
+  if (newfd < 0 || newfd >= kMaxFds) return newfd;
+  File* f = registered(oldfd);
+  if (f) {
+    f->aliases.fetch_add(1, std::memory_order_acq_rel);
+    f->refs.fetch_add(1, std::memory_order_acq_rel);
+  }
+  File* old = g_files[newfd].exchange(f, std::memory_order_acq_rel);
+  if (old) release(old);
+  return newfd;
 }
 
 int connect_daemon(std::string* why) {
@@ -298,6 +332,43 @@ __attribute__((visibility("default"))) ssize_t write(int fd, const void* buf, si
 __attribute__((visibility("default"))) int close(int fd) {
   if (File* f = ours(fd); f && g_files[fd].compare_exchange_strong(f, nullptr)) release(f);
   return real_close ? real_close(fd) : (errno = ENOSYS, -1);
+}
+
+__attribute__((visibility("default"))) int dup(int fd) {
+  return real_dup ? track_dup(fd, real_dup(fd)) : (errno = ENOSYS, -1);
+}
+
+__attribute__((visibility("default"))) int dup2(int fd, int to) {
+  if (fd == to) return real_dup2 ? real_dup2(fd, to) : (errno = ENOSYS, -1);
+  return real_dup2 ? track_dup(fd, real_dup2(fd, to)) : (errno = ENOSYS, -1);
+}
+
+__attribute__((visibility("default"))) int dup3(int fd, int to, int flags) {
+  return real_dup3 ? track_dup(fd, real_dup3(fd, to, flags)) : (errno = ENOSYS, -1);
+}
+
+// fcntl's third argument is an int or a pointer: passed on as a pointer-
+// sized value, as glibc's own wrapper reads it.
+static int do_fcntl(FcntlFn real, int fd, int cmd, void* arg) {
+  if (!real) return errno = ENOSYS, -1;
+  const int r = real(fd, cmd, arg);
+  return cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC ? track_dup(fd, r) : r;
+}
+
+__attribute__((visibility("default"))) int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return do_fcntl(real_fcntl, fd, cmd, arg);
+}
+
+__attribute__((visibility("default"))) int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return do_fcntl(real_fcntl64, fd, cmd, arg);
 }
 
 __attribute__((visibility("default"))) int fstat(int fd, struct stat* st) {

@@ -310,10 +310,10 @@ TEST_CASE("cm_role__ids_are_bounded_per_client_and_per_user") {
   cmd.ps = RDMA_PS_TCP;
   cmd.qp_type = 2;
   CHECK(a.run(RDMA_USER_CM_CMD_CREATE_ID, cmd) == -ENOMEM);
-  CHECK(reason().find("max_ids_per_client") != std::string::npos);
+  CHECK(reason().find("--max-cm-ids-per-client") != std::string::npos);
   b.create();  // the user's fourth
   CHECK(b.run(RDMA_USER_CM_CMD_CREATE_ID, cmd) == -ENOMEM);
-  CHECK(reason().find("max_ids_per_user") != std::string::npos);
+  CHECK(reason().find("--uid-max-cm-ids") != std::string::npos);
   other.create();  // another user is not affected
   CHECK(counter(*d.role, "cm_ids_client_limit") == 1);
   CHECK(counter(*d.role, "cm_ids_user_limit") == 1);

@@ -131,6 +131,16 @@ int main(int argc, char** argv) {
   check(bad->verbs != nullptr, "the resolved ID has opened the device (QUERY_ROUTE's node_guid)");
 
   for (rdma_cm_id* id : {any, dup, dev, bad}) check(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+  // A dup of the channel descriptor names the same device file; closing the
+  // original leaves the file open through the dup.
+  const int copy = ::dup(ch->fd);
+  check(copy >= 0 && fstat(copy, &st) == 0 && S_ISCHR(st.st_mode), "a dup of the channel is the device too");
+  const int orig = ch->fd;
+  ch->fd = copy;
+  close(orig);
+  rdma_cm_id* later = nullptr;
+  check(rdma_create_id(ch, &later, nullptr, RDMA_PS_TCP) == 0 && rdma_destroy_id(later) == 0,
+        "commands through the dup once the original is closed");
   rdma_destroy_event_channel(ch);
   concurrent_get_event();
   printf("ucma_probe: %s\n", failures ? "FAILED" : "all checks passed");
