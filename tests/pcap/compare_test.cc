@@ -221,6 +221,30 @@ TEST_CASE("compare__capture_that_lost_an_acknowledged_frame_is_refused") {
   CHECK(why.find("dumpcap -B") != std::string::npos);
 }
 
+// A capture that begins after the first SEND: the reference cannot start
+// from the DUT's state then (rcv_msn 1). Refused, with the reason.
+TEST_CASE("compare__capture_that_starts_mid_conversation_is_refused") {
+  std::vector<uint8_t> file = clean().pcap;
+  pcap::Capture cap;
+  std::string why;
+  REQUIRE(pcap::parse_capture(file, &cap, &why) == 0);
+  // Cut every record up to and including the last packet of the first SEND.
+  uint64_t last = 0;
+  for (const pcap::Record& r : cap.records) {
+    auto f = proto::parse_frame(r.frame);
+    if (f && f.value().packet.mbth.opcode == Opcode::kSend && f.value().packet.mbth.msn == 0) last = r.number;
+  }
+  REQUIRE(last != 0);
+  const pcap::Record& keep = cap.records[last];  // the first record kept
+  file.erase(file.begin() + 24, file.begin() + static_cast<long>(keep.file_offset - 16));
+  REQUIRE(pcap::parse_capture(file, &cap, &why) == 0);
+  pcapcmp::Options o;
+  o.dut_ip = proto::IpAddr::v4(kDutIp);
+  pcapcmp::Report r;
+  CHECK(pcapcmp::compare_capture(cap, o, &r, &why) == EINVAL);
+  CHECK_MESSAGE(why.find("start the capture before the QP connects") != std::string::npos, why);
+}
+
 TEST_CASE("compare__refuses_without_a_dut_side") {
   pcap::Capture cap;
   std::string why;

@@ -3,8 +3,11 @@
 # namespaces (tests/lib/netns.sh, --io packet so that an AF_PACKET capture
 # sees both directions) and compare them with tools/pcap-compare, daemon A
 # as the device under test:
-#   - ibv_rc_pingpong (captured by metaroce-ctl capture, pcap), ib_write_bw
-#     and ib_read_bw (captured by dumpcap, pcapng): no divergence;
+#   - ibv_rc_pingpong (dumpcap -P: pcap), ib_write_bw and ib_read_bw (dumpcap,
+#     pcapng), each with a 64 MiB capture buffer: no divergence;
+#   - metaroce-ctl capture (our own AF_PACKET capture, no buffer option) of a
+#     short pingpong: compared clean, or refused as incomplete when its
+#     socket buffer overflowed, never a false divergence;
 #   - a divergence planted in one of A's responses (an ACK's cum_psn, a
 #     READ_RESP's MSN; frame rebuilt by the codec): named with its field,
 #     its frame number and its section;
@@ -53,9 +56,13 @@ GID_B=$(gid_index in_b "$MROCE_DEV_B" "$MROCE_IP_B")
 
 # ---- capture: start in A, run, stop with SIGINT ----
 CAP_PID=
-capture_start() {  # ctl|dumpcap file
+capture_start() {  # ctl|dumpcap|dumpcap-pcap file
   local log=$2.log
-  if [ "$1" = ctl ]; then
+  if [ "$1" = dumpcap-pcap ]; then
+    ip netns exec "$MROCE_NS_A" dumpcap -B 64 -P -i "$MROCE_IF_A" -f "udp port 4796" -w "$2" >"$log" 2>&1 &
+    CAP_PID=$!; e2e_track_pid "$CAP_PID"
+    wait_for 30 grep -q "^File: " "$log" || { cat "$log"; e2e_fail "dumpcap did not start"; }
+  elif [ "$1" = ctl ]; then
     # ip netns exec and env exec: $! is the capture itself, which SIGINT stops.
     ip netns exec "$MROCE_NS_A" env SYSFS_PATH="$MROCE_SYSFS_A" "$CTL" --run-dir "$MROCE_RUN_A" \
       --sysfs-root "$MROCE_SYSFS_A" capture "$MROCE_DEV_A" -w "$2" >"$log" 2>&1 &
@@ -64,9 +71,10 @@ capture_start() {  # ctl|dumpcap file
   else
     # -B 64: a 64 MiB kernel buffer, so perftest's bursts are not lost by the
     # capture (pcap-compare refuses a capture that lost acknowledged frames).
-    ip netns exec "$MROCE_NS_A" dumpcap -q -B 64 -i "$MROCE_IF_A" -f "udp port 4796" -w "$2" >"$log" 2>&1 &
+    # "File:" is printed once the capture socket is open: frames after it are seen.
+    ip netns exec "$MROCE_NS_A" dumpcap -B 64 -i "$MROCE_IF_A" -f "udp port 4796" -w "$2" >"$log" 2>&1 &
     CAP_PID=$!; e2e_track_pid "$CAP_PID"
-    wait_for 30 test -s "$2" || { cat "$log"; e2e_fail "dumpcap did not start"; }
+    wait_for 30 grep -q "^File: " "$log" || { cat "$log"; e2e_fail "dumpcap did not start"; }
   fi
 }
 capture_stop() {
@@ -117,8 +125,24 @@ captured() {  # name ctl|dumpcap "server cmd" "client cmd"
 }
 pingpong() { echo "in_$1 ibv_rc_pingpong -d $2 -g $3 -s 4096 -n 200"; }
 perf() { echo "in_$1 $4 -d $2 -x $3 -u 18 -s 65536 -n 100"; }
+# metaroce-ctl's socket buffer is the kernel default: under load it can
+# lose frames. Then pcap-compare must refuse the capture (exit 2, "the
+# capture is incomplete"), not report divergences that are the capture's.
+t_ctl_capture() {
+  local file=$WORK/ctl_pingpong.pcap rc=0
+  capture_start ctl "$file"
+  pair ctl_pingpong "$(pingpong a "$MROCE_DEV_A" "$GID_A")" "$(pingpong b "$MROCE_DEV_B" "$GID_B")"
+  capture_stop
+  "$COMPARE" --dut-ip "$MROCE_IP_A" "$file" >"$file.report" 2>&1 || rc=$?
+  cat "$file.report"
+  case $rc in
+    0) grep -q "^result: no divergence$" "$file.report" || e2e_fail "exit 0 without the clean result" ;;
+    2) grep -q "the capture is incomplete" "$file.report" || e2e_fail "exit 2 for another reason" ;;
+    *) e2e_fail "pcap-compare exit $rc on a capture of two conformant daemons" ;;
+  esac
+}
 t_pingpong() {
-  captured pingpong ctl "$(pingpong a "$MROCE_DEV_A" "$GID_A")" "$(pingpong b "$MROCE_DEV_B" "$GID_B")"
+  captured pingpong dumpcap-pcap "$(pingpong a "$MROCE_DEV_A" "$GID_A")" "$(pingpong b "$MROCE_DEV_B" "$GID_B")"
 }
 t_write_bw() {
   captured write_bw dumpcap "$(perf a "$MROCE_DEV_A" "$GID_A" ib_write_bw)" "$(perf b "$MROCE_DEV_B" "$GID_B" ib_write_bw)"
@@ -137,7 +161,7 @@ model_ready() {
   in_a ibv_devinfo -d "$MROCE_DEV_A" 2>/dev/null | grep -q PORT_ACTIVE && stat_a >/dev/null 2>&1
 }
 t_model_pingpong() {
-  captured model_pingpong ctl "$(pingpong a "$MROCE_DEV_A" "$GID_A")" "$(pingpong b "$MROCE_DEV_B" "$GID_B")"
+  captured model_pingpong dumpcap-pcap "$(pingpong a "$MROCE_DEV_A" "$GID_A")" "$(pingpong b "$MROCE_DEV_B" "$GID_B")"
 }
 t_model_write_bw() {
   captured model_write_bw dumpcap "$(perf a "$MROCE_DEV_A" "$GID_A" ib_write_bw)" "$(perf b "$MROCE_DEV_B" "$GID_B" ib_write_bw)"
@@ -177,6 +201,7 @@ t_hostile_files() {
 }
 
 e2e_case pingpong_capture_has_no_divergence t_pingpong
+e2e_case metaroce_ctl_capture_is_clean_or_refused_as_incomplete t_ctl_capture
 e2e_case write_bw_pcapng_capture_has_no_divergence t_write_bw
 e2e_case read_bw_capture_has_no_divergence t_read_bw
 e2e_case planted_ack_cum_psn_is_named t_planted_ack_cum_psn

@@ -159,6 +159,9 @@ struct Conv {
   std::vector<Pending> dut;                  // DUT responses, capture order
   std::vector<const Item*> requests;         // the peer's requests (learning)
   bool have_rq = false, have_sq = false, have_rnr = false;
+  // The lowest receive and read MSN of the peer's requests: 0 unless the
+  // capture started after the QP's first messages.
+  std::optional<uint32_t> first_recv_msn, first_read_msn;
   uint64_t unseen = 0;       // acknowledged request PSNs the capture lacks
   uint32_t first_unseen = 0;
 };
@@ -355,6 +358,9 @@ void learn(std::vector<Conv>& convs, const std::vector<Item>& items) {
     if (it.side == Side::kPeer && is_request(p.mbth.opcode)) {
       c->requests.push_back(&it);
       sent[c].insert(p.mbth.psn);
+      bool read = p.mbth.opcode == Opcode::kReadReq || is_atomic(p.mbth.opcode);
+      auto& first = read ? c->first_read_msn : c->first_recv_msn;  // WRITE: the receive MSN
+      first = std::min(first.value_or(p.mbth.msn), p.mbth.msn);
       if (receive_consuming(p.mbth.opcode)) {
         uint32_t len = p.mbth.opcode == Opcode::kWriteImm ? 0 : p.seth.length;
         uint32_t& l = c->recv_len[p.mbth.msn];
@@ -768,6 +774,12 @@ int compare_capture(const pcap::Capture& cap, const Options& o, Report* r, std::
   if (int e = pair_qps(items, o, &convs, why)) return e;
   learn(convs, items);
   for (Conv& c : convs) {
+    if (c.first_recv_msn.value_or(0) || c.first_read_msn.value_or(0))
+      return *why = "the capture starts after QPN " + qpn(c.dut_qpn) + " exchanged its first "
+                    "messages (the first request MSNs it shows are " +
+                    std::to_string(c.first_recv_msn.value_or(0)) + " (receive) and " +
+                    std::to_string(c.first_read_msn.value_or(0)) + " (read), not 0): start "
+                    "the capture before the QP connects", EINVAL;
     if (c.unseen)
       return *why = "the capture is incomplete: the DUT acknowledged " + std::to_string(c.unseen) +
                     " request PSNs to QPN " + qpn(c.dut_qpn) + " that it does not hold (first: " +
