@@ -454,10 +454,15 @@ struct Engine::Impl {
 
   void pump() {
     auto& act = core.active();
+    PacketPortInterface& port = core.hal().packets;
     bool progress = true;
     while (progress) {
       progress = false;
       for (size_t i = 0; i < act.size();) {
+        if (!port.tx_ready()) {  // hal.h: the host pumps again when it has room
+          std::rotate(act.begin(), act.begin() + static_cast<std::ptrdiff_t>(i), act.end());
+          return;  // the QPs not served in this round go first next time
+        }
         Qp& qp = *act[i];
         uint32_t n = qp.init.type == QpType::kUd
                          ? datagram::run(core, qp, kPumpBudget)

@@ -257,6 +257,7 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
   qp.sb.release_rnr(c.now());
   uint32_t sent = 0;
   while (sent < budget && (qp.state == QpState::kRts || qp.state == QpState::kSqd)) {
+    if (sent && !c.hal().packets.tx_ready()) break;  // hal.h: held until the host pumps
     State s = step(c, qp);
     if (s != State::kSent) break;
     ++sent;

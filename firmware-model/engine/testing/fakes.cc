@@ -53,6 +53,8 @@ std::string describe(const proto::Packet& p) {
 void FakePort::send(const OutPacket& o) {
   std::string what = describe_packets ? describe(o.packet) : std::string();
   if (keep_log) log.push_back("tx " + what);
+  const proto::Opcode op = o.packet.mbth.opcode;
+  if (tx_room > 0 && op != proto::Opcode::kAck && op != proto::Opcode::kNack) --tx_room;
   proto::FrameHeaders h;
   h.src_ip = o.src_ip;
   h.dst_ip = o.dst_ip;
