@@ -32,6 +32,7 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --paths P            MetaRoCE path entropies per QP (1 = no spraying)  (4)
   --cc NAME            MetaRoCE congestion control             (default)
   --mtu M              1024 | 2048 | 4096                      (4096)
+  --tx-room-kb K       MetaRoCE NIC: data queued before the engine is held (64; 0 = unbounded)
   --buffer-kb K        per-port egress buffer                  (1024)
   --shared-buffer-mb M shared buffer per switch (dynamic threshold) instead
   --ecn MODE           off | threshold | red    (metaroce: threshold, roce: red)
@@ -95,6 +96,7 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
       {"paths", [&] { s.num_paths = static_cast<uint32_t>(to_u64(v, k)); }},
       {"cc", [&] { s.congestion = v; }},
       {"mtu", [&] { s.mtu = static_cast<uint32_t>(to_u64(v, k)); }},
+      {"tx-room-kb", [&] { s.tx_room_bytes = static_cast<uint32_t>(to_u64(v, k) * 1024); }},
       {"buffer-kb", [&] { w.port_buffer_bytes = to_u64(v, k) * 1000; }},
       {"shared-buffer-mb",
        [&] {

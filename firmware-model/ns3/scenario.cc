@@ -149,6 +149,7 @@ std::unique_ptr<Nic> make_nic(const Scenario& s, uint32_t h, Fabric& f, uint64_t
     c.engine.port.link_mtu = 9000;
     c.engine.caps.max_qp = 1 << 16;
     c.path_mtu = s.mtu;
+    c.tx_room_bytes = s.tx_room_bytes;
     return std::make_unique<EngineNic>(h, f.host_device(h), mem, c, seed, handler);
   }
   RoceConfig c;
@@ -289,7 +290,8 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
     << ",\n  \"link_gbps\": " << s.topo.link_bps / 1e9
     << ",\n  \"oversubscription\": " << s.topo.oversubscription
     << ",\n  \"bytes\": " << s.work.bytes << ",\n  \"num_paths\": " << s.num_paths
-    << ",\n  \"congestion\": " << quote(s.congestion) << ",\n  \"seed\": " << s.seed
+    << ",\n  \"congestion\": " << quote(s.congestion) << ",\n  \"tx_room_bytes\": " << s.tx_room_bytes
+    << ",\n  \"seed\": " << s.seed
     << ",\n  \"completed\": " << (r.completed ? "true" : "false")
     << ",\n  \"error\": " << quote(r.error)
     << ",\n  \"verified\": " << (r.verify_error.empty() ? "true" : "false")

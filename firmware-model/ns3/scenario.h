@@ -24,6 +24,7 @@ struct Scenario {
   uint32_t num_paths = 4;
   std::string congestion = "default";
   uint32_t mtu = 4096;
+  uint32_t tx_room_bytes = 0;  // NIC transmit backpressure (EngineNicConfig), 0 = off
   // impairments: link indices into Fabric::links()
   int fail_link = -1;
   int64_t fail_at_ns = 0;  // after the start

@@ -132,6 +132,21 @@ TEST_CASE("metaroce__alltoall_within_1_2x_of_ideal") {
   CHECK(r.ratio >= 1.0);  // the bound is a bound
 }
 
+// hal.h tx_ready: with a bounded NIC queue the engine holds what does not
+// fit, so the NIC never holds much more than its room (plus the one packet a
+// QP may add after the check), where the unbounded queue takes every QP's
+// first window at once.
+TEST_CASE("metaroce__backpressured_nic_queue_stays_bounded_and_completes") {
+  auto s = scenario("alltoall", "metaroce", 256 * 1024);
+  const auto unbounded = fab::run(s);
+  s.tx_room_bytes = 16 * 1024;
+  const auto r = fab::run(s);
+  require_byte_exact(r);
+  INFO("nic queue max " << r.nic.nic_queue_max_bytes << " unbounded " << unbounded.nic.nic_queue_max_bytes);
+  CHECK(r.nic.nic_queue_max_bytes < 16 * 1024 + 2 * 4200 + 4096);  // room + a packet + ACKs
+  CHECK(unbounded.nic.nic_queue_max_bytes > 4 * 16 * 1024);
+}
+
 TEST_CASE("metaroce__link_failure_mid_collective_still_completes") {
   auto s = scenario("alltoall", "metaroce", 256 * 1024);
   s.fail_link = 0;        // leaf0-spine0
