@@ -434,3 +434,25 @@ TEST_CASE("requester__acks_leave_while_transmit_queue_full") {
   CHECK(t.a.engine->counters().tx_retransmits == 0);
 }
 }  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+// A packet after which the window holds the next one back asks for an ACK
+// (nothing else will trigger one before the delayed-ACK timer); the others
+// of the message do not.
+TEST_CASE("requester__packet_that_fills_the_window_asks_for_an_ack") {
+  EngineConfig cfg;
+  cfg.link_bps = 1'000'000'000;
+  cfg.base_rtt = 24'000;  // BDP 3,000 bytes: two 1 KiB packets and their headers
+  Bench t(1, cfg);
+  t.connect_pair();
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 4000);
+  w.remote_addr = t.b.base();
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  t.a.engine->pump();
+  CHECK(requests(t.a) == lines({
+                             "tx RDMA_WRITE psn 1000 msn 0 off 0 len 1024",
+                             "tx RDMA_WRITE psn 1001 msn 0 off 1024 len 1024 ACKREQ",
+                         }));
+}
+}  // namespace metaroce::fw::test
