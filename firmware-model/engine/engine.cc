@@ -50,6 +50,7 @@ void Core::complete(Qp& qp, uint32_t cqn, const Completion& wc) {
 }
 
 void Core::activate(Qp& qp) {
+  touch(qp);
   if (qp.in_active) return;
   qp.in_active = true;
   active_.push_back(&qp);
@@ -137,6 +138,7 @@ void Core::forget(Qp& qp) {
 
 void Core::qp_to_error(Qp& qp) {
   if (qp.state == QpState::kErr) return;
+  touch(qp);
   // Receives below complete; their data must have landed (or they fail).
   if (qp.in_uncommitted) commit(qp.owner);
   if (qp.state == QpState::kErr) return;
@@ -221,6 +223,7 @@ namespace {
 constexpr uint32_t kQpIndexBits = 12;
 constexpr uint32_t kQpIndexMask = (1u << kQpIndexBits) - 1;
 constexpr uint32_t kFirstQpIndex = 2;  // QPN 0 and 1 are special in IB
+static_assert(kQpIndexMask == 0xFFF, "Core::timers_ is indexed by the QPN index");
 constexpr uint32_t kPumpBudget = 16;   // packets per QP per round (fairness)
 
 uint32_t pow2_at_least(uint32_t n) {
@@ -241,11 +244,22 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Qp>> qps;  // by QPN index
   std::vector<uint16_t> qp_gen;
   uint32_t qp_count = 0;
+  std::vector<uint32_t> due;  // on_timer's QPs, kept for its capacity
 
-  Qp* find_qp(uint32_t qpn) const {
+  Qp* lookup(uint32_t qpn) const {
     uint32_t i = qpn & kQpIndexMask;
     if (i >= qps.size() || !qps[i] || qps[i]->qpn != qpn) return nullptr;
     return qps[i].get();
+  }
+  // The QP an entry point names: its deadlines may change (timer_index.h).
+  Qp* find_qp(uint32_t qpn) const {
+    Qp* q = lookup(qpn);
+    if (q) core.touch(*q);
+    return q;
+  }
+  Time deadline_of(uint32_t qpn) const {
+    const Qp* q = lookup(qpn);
+    return q ? deadline(*q) : kNever;
   }
   int owned_qp(OwnerId owner, uint32_t qpn, Qp** out) const {
     Qp* qp = find_qp(qpn);
@@ -407,6 +421,7 @@ struct Engine::Impl {
     if (Cq* cq = cqs.get(qp.init.recv_cqn)) --cq->refs;
     core.credit()->forget(qp.qpn);
     core.forget(qp);
+    core.timers().forget(qp.qpn);
     auto& act = core.active();
     act.erase(std::remove(act.begin(), act.end(), &qp), act.end());
     uint32_t i = qp.qpn & kQpIndexMask;
@@ -464,6 +479,7 @@ struct Engine::Impl {
           return;  // the QPs not served in this round go first next time
         }
         Qp& qp = *act[i];
+        core.touch(qp);
         uint32_t n = qp.init.type == QpType::kUd
                          ? datagram::run(core, qp, kPumpBudget)
                          : requester::run(core, qp, kPumpBudget) + responder::run(core, qp, kPumpBudget);
@@ -841,17 +857,24 @@ void Engine::on_timer() {
   EntryGuard guard(impl_->busy);
   Impl& m = *impl_;
   Time now = m.core.now();
-  for (auto& q : m.qps)
-    if (q && m.deadline(*q) <= now) m.timers(*q, now);
+  std::vector<uint32_t>& due = m.due;
+  m.core.timers().take_due(now, [&m](uint32_t qpn) { return m.deadline_of(qpn); }, &due);
+  for (uint32_t qpn : due)
+    if (Qp* q = m.lookup(qpn); q && m.deadline(*q) <= now) m.timers(*q, now);
   m.pump();
   m.settle();
 }
 
 Time Engine::next_deadline() const {
-  Time t = kNever;
+  const Impl& m = *impl_;
+  return m.core.timers().next([&m](uint32_t qpn) { return m.deadline_of(qpn); });
+}
+
+bool Engine::check_timer_index() const {
+  Time scan = kNever;
   for (auto& q : impl_->qps)
-    if (q) t = std::min(t, impl_->deadline(*q));
-  return t;
+    if (q) scan = std::min(scan, impl_->deadline(*q));
+  return next_deadline() == scan;
 }
 
 void Engine::pump() {

@@ -146,6 +146,8 @@ class Engine {
   // Run timers that are due; call when clock.now() >= next_deadline().
   void on_timer();
   Time next_deadline() const;
+  // Tests: the timer index (timer_index.h) agrees with a scan of every QP.
+  bool check_timer_index() const;
   // Let requesters transmit what the congestion window allows. The host
   // calls this after doorbells and received ACKs (cheap when idle).
   void pump();
