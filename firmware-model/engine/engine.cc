@@ -257,6 +257,7 @@ struct Engine::Impl {
     if (q) core.touch(*q);
     return q;
   }
+  bool answer_trimmed(std::span<const uint8_t> frame);
   Time deadline_of(uint32_t qpn) const {
     const Qp* q = lookup(qpn);
     return q ? deadline(*q) : kNever;
@@ -507,6 +508,31 @@ bool from_peer(const Qp& qp, const proto::FrameHeaders& h) {
   return h.src_ip == qp.attr.av.dgid;
 }
 
+}  // namespace
+
+// docs/protocol.md §3.8: a request cut to its headers by a switch that marks
+// trimmed packets with the configured DSCP. It has no valid ICRC, so only
+// the checks that need none apply (QP, peer address, owner); then the
+// responder NACKs it TRIMMED. False: not a trimmed request (a parse drop).
+bool Engine::Impl::answer_trimmed(std::span<const uint8_t> frame) {
+  const uint8_t dscp = core.config().trimmed_dscp;
+  if (dscp == 0) return false;
+  auto t = proto::parse_trimmed_frame(frame, dscp);
+  if (!t) return false;
+  Qp* qp = find_qp(t.value().mbth.dest_qpn);
+  if (!qp) {
+    core.bump(nullptr, &Counters::rx_drop_unknown_qp);
+  } else if (!from_peer(*qp, t.value().headers)) {
+    core.bump(qp, &Counters::rx_drop_wrong_source);
+  } else if (!core.hal().dma.owner_alive(qp->owner)) {
+    core.bump(qp, &Counters::rx_drop_owner_gone);
+  } else {
+    responder::on_trimmed(core, *qp, t.value().mbth);
+  }
+  return true;
+}
+
+namespace {
 // docs/firmware-hal.md: a host must not call into the engine from inside a
 // HAL callback (the engine is mid-update then). Caught in debug builds.
 class EntryGuard {
@@ -792,6 +818,7 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
   c.bump(nullptr, &Counters::rx_bytes, frame.size());
   auto parsed = proto::parse_frame(frame);
   if (!parsed) {
+    if (m.answer_trimmed(frame)) return;
     c.bump(nullptr, &Counters::rx_drop_parse);
     if (parsed.error().code == proto::ParseErrorCode::kBadIcrc)
       c.bump(nullptr, &Counters::rx_drop_bad_icrc);

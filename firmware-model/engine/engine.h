@@ -28,6 +28,10 @@ struct EngineConfig {
   // RTT and the port's line rate.
   Time base_rtt = 10'000;  // ns
   uint64_t link_bps = 25'000'000'000;
+  // docs/protocol.md §3.8: the IP DSCP trimming switches put on a request
+  // they cut to its headers. Such a request is answered with NACK TRIMMED
+  // (the sender resends it at once); 0 = not recognised (a parse drop).
+  uint8_t trimmed_dscp = 0;
 };
 
 // Counters by reason; every drop, reject and retry increments exactly one.

@@ -350,6 +350,9 @@ void on_request(Core& c, Qp& qp, const proto::Frame& f);
 // Forgets the held out-of-order READs/atomics (QP to ERR or RESET).
 void drop_held(Qp& qp);
 void send_ack(Core& c, Qp& qp, bool dup);
+// A request a switch trimmed (proto::parse_trimmed_frame): NACK TRIMMED for
+// a PSN not yet received, otherwise a counted drop.
+void on_trimmed(Core& c, Qp& qp, const proto::Mbth& m);
 // Core::commit failed for qp's placed requests: NACK, receives in error, ERR.
 void placement_failed(Core& c, Qp& qp);
 // Sends READ responses as pacing allows; returns packets sent.
