@@ -330,6 +330,7 @@ NicStats EngineNic::stats() const {
   s.timeouts = c.timeouts;
   s.ecn_marks_seen = c.ecn_marks_seen;
   s.errors = c.local_errors + async_errors_;
+  s.rx_drop_parse = c.rx_drop_parse;
   s.nic_queue_max_bytes = queued_max_;
   std::ostringstream d;
   d << "fast_retransmits=" << c.fast_retransmits << " tail_loss_probes=" << c.tail_loss_probes

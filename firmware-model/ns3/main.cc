@@ -38,6 +38,7 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --ecn MODE           off | threshold | red    (metaroce: threshold, roce: red)
   --ecn-kb K           threshold                               (100)
   --pfc on|off         (roce-pfc: on)   --xoff-kb K (200)  --xon-kb K (180)
+  --trim on|off        switches cut MetaRoCE frames that do not fit to headers, receivers NACK them (off)
   --fail-link I        fail switch link I (index, see --list-links) ...
   --fail-at-us T       ... T us after the start                (0)
   --loss-link I        random loss on link I ...   --loss P   ... with probability P
@@ -119,6 +120,11 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
        [&] {
          if (v != "on" && v != "off") die("--pfc is on or off");
          w.pfc = v == "on";
+       }},
+      {"trim",
+       [&] {
+         if (v != "on" && v != "off") die("--trim is on or off");
+         w.trim = v == "on";
        }},
       {"xoff-kb", [&] { w.pfc_xoff_bytes = to_u64(v, k) * 1000; }},
       {"xon-kb", [&] { w.pfc_xon_bytes = to_u64(v, k) * 1000; }},

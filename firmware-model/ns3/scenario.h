@@ -70,6 +70,7 @@ struct RunResult {
   uint64_t flows = 0;
   std::vector<TierStats> tiers;
   uint64_t drops = 0, drops_buffer = 0, drops_random_loss = 0, drops_link_down = 0;
+  uint64_t trimmed = 0;  // frames cut to headers by trimming switches (not drops)
   uint64_t ecn_marked = 0, pfc_pause_frames = 0;
   double pfc_paused_us = 0;  // all ports, switches and hosts
   NicStats nic;              // summed over hosts (queue: max)
