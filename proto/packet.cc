@@ -535,6 +535,32 @@ Parsed<Frame> parse_frame(std::span<const uint8_t> bytes) {
   return f;
 }
 
+Parsed<TrimmedFrame> parse_trimmed_frame(std::span<const uint8_t> bytes, uint8_t trimmed_dscp) {
+  TrimmedFrame t;
+  auto ip = parse_l2_l3(bytes, t.headers);
+  if (!ip) return ip.error();
+  const IpInfo info = ip.value();
+  if (t.headers.dscp != trimmed_dscp)
+    return error(ParseErrorCode::kNotTrimmed, info.udp_start, "IP.dscp");
+  Reader r(bytes, info.udp_start);
+  if (!r.has(kUdpLen)) return error(ParseErrorCode::kTruncated, bytes.size(), "UDP");
+  r.skip(2);
+  if (r.u16() != kUdpPort) return error(ParseErrorCode::kWrongPort, info.udp_start + 2, "UDP.dst_port");
+  const size_t udp_end = info.udp_start + r.u16();
+  r.skip(2);  // checksum: it covers the cut bytes
+  if (udp_end > info.ip_end || udp_end < r.pos())
+    return error(ParseErrorCode::kBadUdpLength, info.udp_start + 4, "UDP.length");
+  if (bytes.size() >= udp_end) return error(ParseErrorCode::kNotTrimmed, bytes.size(), "UDP.length");
+  if (!r.has(kMbthLen)) return error(ParseErrorCode::kTruncated, bytes.size(), "MBTH");
+  const size_t at = r.pos();
+  read_mbth(r, t.mbth);
+  if (t.mbth.version != kVersion) return error(ParseErrorCode::kBadVersion, at, "MBTH.version");
+  const Opcode op = t.mbth.opcode;
+  if (op != Opcode::kSend && op != Opcode::kSendImm && op != Opcode::kWrite && op != Opcode::kWriteImm)
+    return error(ParseErrorCode::kNotTrimmed, at + 1, "MBTH.opcode");
+  return t;
+}
+
 // ---- names and descriptions ----
 
 const char* to_string(ParseErrorCode code) {
@@ -550,6 +576,7 @@ const char* to_string(ParseErrorCode code) {
     case ParseErrorCode::kWrongPort: return "wrong port";
     case ParseErrorCode::kBadUdpLength: return "bad UDP length";
     case ParseErrorCode::kBadUdpChecksum: return "bad UDP checksum";
+    case ParseErrorCode::kNotTrimmed: return "not trimmed";
   }
   return "unknown error";
 }

@@ -229,6 +229,7 @@ enum class ParseErrorCode : uint8_t {
   kWrongPort,       // UDP destination port is not kUdpPort
   kBadUdpLength,    // UDP length inconsistent with the IP payload
   kBadUdpChecksum,  // UDP checksum wrong (IPv4: nonzero and wrong; IPv6: zero or wrong)
+  kNotTrimmed,      // parse_trimmed_frame: not the trim DSCP, not cut, or not a payload request
 };
 
 // For kTruncated, offset is the first byte that is missing (the buffer's or
@@ -325,6 +326,18 @@ Parsed<Frame> parse_frame(std::span<const uint8_t> bytes);
 // transport_len: the UDP payload's length (transport_length of the packet).
 inline constexpr size_t kGrhLen = 40;
 std::array<uint8_t, kGrhLen> build_grh(const FrameHeaders& h, size_t transport_len);
+
+// A request a switch trimmed to its headers (docs/protocol.md §3.8): the
+// switch set the IP DSCP to `trimmed_dscp` and cut the frame after the
+// MBTH, while the IP and UDP lengths still claim the whole packet. Yields
+// the addresses and the MBTH of a SEND/WRITE (with or without IMM) packet;
+// there is no ICRC to check (it covered the cut bytes), so a receiver may
+// only answer it with NACK TRIMMED, never act on it otherwise.
+struct TrimmedFrame {
+  FrameHeaders headers;
+  Mbth mbth;
+};
+Parsed<TrimmedFrame> parse_trimmed_frame(std::span<const uint8_t> bytes, uint8_t trimmed_dscp);
 
 // One line naming the opcode and the fields its headers carry, e.g.
 // "RDMA_WRITE qpn=0x000012 psn=5 msn=2 off=0 flags=0x8 path=3 ts=0

@@ -198,10 +198,16 @@ void on_nack(Core& c, Qp& qp, const proto::Frame& f) {
       requester::arm_rto(c, qp, false);
       return;
     }
-    case NackAction::kRetransmit:
+    case NackAction::kRetransmit: {  // TRIMMED: a congested hop, a loss signal (protocol §3.8)
+      TxEntry* e = qp.sb.find(n.psn);
+      if (e && e->state == TxState::kInFlight) {
+        qp.cc->on_loss(c.now(), e->wire);
+        qp.paths->on_loss(e->path, c.now());
+      }
       qp.sb.mark_lost(n.psn);
       c.activate(qp);
       return;
+    }
     case NackAction::kFail: fail(c, qp, seq, status); return;
     case NackAction::kIgnore: c.bump(&qp, &Counters::rx_drop_unexpected); return;
   }

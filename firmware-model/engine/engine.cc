@@ -89,6 +89,7 @@ void Core::complete(Qp& qp, uint32_t cqn, const Completion& wc) {
 }
 
 void Core::activate(Qp& qp) {
+  touch(qp);
   if (qp.in_active) return;
   qp.in_active = true;
   active_.push_back(&qp);
@@ -176,6 +177,7 @@ void Core::forget(Qp& qp) {
 
 void Core::qp_to_error(Qp& qp) {
   if (qp.state == QpState::kErr) return;
+  touch(qp);
   // Receives below complete; their data must have landed (or they fail).
   if (qp.in_uncommitted) commit(qp.owner);
   if (qp.state == QpState::kErr) return;
@@ -260,6 +262,7 @@ namespace {
 constexpr uint32_t kQpIndexBits = 12;
 constexpr uint32_t kQpIndexMask = (1u << kQpIndexBits) - 1;
 constexpr uint32_t kFirstQpIndex = 2;  // QPN 0 and 1 are special in IB
+static_assert(kQpIndexMask == 0xFFF, "Core::timers_ is indexed by the QPN index");
 constexpr uint32_t kPumpBudget = 16;   // packets per QP per round (fairness)
 
 uint32_t pow2_at_least(uint32_t n) {
@@ -280,11 +283,23 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Qp>> qps;  // by QPN index
   std::vector<uint16_t> qp_gen;
   uint32_t qp_count = 0;
+  std::vector<uint32_t> due;  // on_timer's QPs, kept for its capacity
 
-  Qp* find_qp(uint32_t qpn) const {
+  Qp* lookup(uint32_t qpn) const {
     uint32_t i = qpn & kQpIndexMask;
     if (i >= qps.size() || !qps[i] || qps[i]->qpn != qpn) return nullptr;
     return qps[i].get();
+  }
+  // The QP an entry point names: its deadlines may change (timer_index.h).
+  Qp* find_qp(uint32_t qpn) const {
+    Qp* q = lookup(qpn);
+    if (q) core.touch(*q);
+    return q;
+  }
+  bool answer_trimmed(std::span<const uint8_t> frame);
+  Time deadline_of(uint32_t qpn) const {
+    const Qp* q = lookup(qpn);
+    return q ? deadline(*q) : kNever;
   }
   int owned_qp(OwnerId owner, uint32_t qpn, Qp** out) const {
     Qp* qp = find_qp(qpn);
@@ -446,6 +461,7 @@ struct Engine::Impl {
     if (Cq* cq = cqs.get(qp.init.recv_cqn)) --cq->refs;
     core.credit()->forget(qp.qpn);
     core.forget(qp);
+    core.timers().forget(qp.qpn);
     auto& act = core.active();
     act.erase(std::remove(act.begin(), act.end(), &qp), act.end());
     uint32_t i = qp.qpn & kQpIndexMask;
@@ -493,11 +509,17 @@ struct Engine::Impl {
 
   void pump() {
     auto& act = core.active();
+    PacketPortInterface& port = core.hal().packets;
     bool progress = true;
     while (progress) {
       progress = false;
       for (size_t i = 0; i < act.size();) {
+        if (!port.tx_ready()) {  // hal.h: the host pumps again when it has room
+          std::rotate(act.begin(), act.begin() + static_cast<std::ptrdiff_t>(i), act.end());
+          return;  // the QPs not served in this round go first next time
+        }
         Qp& qp = *act[i];
+        core.touch(qp);
         uint32_t n = qp.init.type == QpType::kUd
                          ? datagram::run(core, qp, kPumpBudget)
                          : requester::run(core, qp, kPumpBudget) + responder::run(core, qp, kPumpBudget);
@@ -525,6 +547,31 @@ bool from_peer(const Qp& qp, const proto::FrameHeaders& h) {
   return h.src_ip == qp.attr.av.dgid;
 }
 
+}  // namespace
+
+// docs/protocol.md §3.8: a request cut to its headers by a switch that marks
+// trimmed packets with the configured DSCP. It has no valid ICRC, so only
+// the checks that need none apply (QP, peer address, owner); then the
+// responder NACKs it TRIMMED. False: not a trimmed request (a parse drop).
+bool Engine::Impl::answer_trimmed(std::span<const uint8_t> frame) {
+  const uint8_t dscp = core.config().trimmed_dscp;
+  if (dscp == 0) return false;
+  auto t = proto::parse_trimmed_frame(frame, dscp);
+  if (!t) return false;
+  Qp* qp = find_qp(t.value().mbth.dest_qpn);
+  if (!qp) {
+    core.bump(nullptr, &Counters::rx_drop_unknown_qp);
+  } else if (!from_peer(*qp, t.value().headers)) {
+    core.bump(qp, &Counters::rx_drop_wrong_source);
+  } else if (!core.hal().dma.owner_alive(qp->owner)) {
+    core.bump(qp, &Counters::rx_drop_owner_gone);
+  } else {
+    responder::on_trimmed(core, *qp, t.value().mbth);
+  }
+  return true;
+}
+
+namespace {
 // docs/firmware-hal.md: a host must not call into the engine from inside a
 // HAL callback (the engine is mid-update then). Caught in debug builds.
 class EntryGuard {
@@ -810,6 +857,7 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
   c.bump(nullptr, &Counters::rx_bytes, frame.size());
   auto parsed = proto::parse_frame(frame);
   if (!parsed) {
+    if (m.answer_trimmed(frame)) return;
     c.bump(nullptr, &Counters::rx_drop_parse);
     if (parsed.error().code == proto::ParseErrorCode::kBadIcrc)
       c.bump(nullptr, &Counters::rx_drop_bad_icrc);
@@ -876,17 +924,24 @@ void Engine::on_timer() {
   EntryGuard guard(impl_->busy);
   Impl& m = *impl_;
   Time now = m.core.now();
-  for (auto& q : m.qps)
-    if (q && m.deadline(*q) <= now) m.timers(*q, now);
+  std::vector<uint32_t>& due = m.due;
+  m.core.timers().take_due(now, [&m](uint32_t qpn) { return m.deadline_of(qpn); }, &due);
+  for (uint32_t qpn : due)
+    if (Qp* q = m.lookup(qpn); q && m.deadline(*q) <= now) m.timers(*q, now);
   m.pump();
   m.settle();
 }
 
 Time Engine::next_deadline() const {
-  Time t = kNever;
+  const Impl& m = *impl_;
+  return m.core.timers().next([&m](uint32_t qpn) { return m.deadline_of(qpn); });
+}
+
+bool Engine::check_timer_index() const {
+  Time scan = kNever;
   for (auto& q : impl_->qps)
-    if (q) t = std::min(t, impl_->deadline(*q));
-  return t;
+    if (q) scan = std::min(scan, impl_->deadline(*q));
+  return next_deadline() == scan;
 }
 
 void Engine::pump() {

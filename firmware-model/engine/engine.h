@@ -43,6 +43,10 @@ struct EngineConfig {
   Time base_rtt = 10'000;  // ns
   uint64_t link_bps = 25'000'000'000;
   uint32_t violate = 0;  // Violation bits; 0 in every real deployment
+  // docs/protocol.md §3.8: the IP DSCP trimming switches put on a request
+  // they cut to its headers. Such a request is answered with NACK TRIMMED
+  // (the sender resends it at once); 0 = not recognised (a parse drop).
+  uint8_t trimmed_dscp = 0;
 };
 
 // Counters by reason; every drop, reject and retry increments exactly one.
@@ -161,6 +165,8 @@ class Engine {
   // Run timers that are due; call when clock.now() >= next_deadline().
   void on_timer();
   Time next_deadline() const;
+  // Tests: the timer index (timer_index.h) agrees with a scan of every QP.
+  bool check_timer_index() const;
   // Let requesters transmit what the congestion window allows. The host
   // calls this after doorbells and received ACKs (cheap when idle).
   void pump();

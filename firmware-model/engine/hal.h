@@ -39,6 +39,15 @@ class PacketPortInterface {
  public:
   virtual ~PacketPortInterface() = default;
   virtual void send(const OutPacket& p) = 0;
+  // Transmit backpressure: false while the host's transmit queue is full.
+  // The engine then starts no further request or READ response packets
+  // (ACK, NACK and PROBE_REPLY still go out through send(): they answer
+  // what arrived) until the host calls Engine::pump() again, which it
+  // should do once it has room. A packet's MBTH timestamp is taken when it
+  // is handed to send(), so packets that wait in a host queue inflate every
+  // RTT sample and with it the sender's recovery timers; held in the
+  // engine they wait unsent. Default: never full (the host queues).
+  virtual bool tx_ready() { return true; }
 };
 
 // The DMA engine: reads and writes of host memory in the address space of

@@ -16,6 +16,7 @@
 #include "firmware-model/engine/engine.h"
 #include "firmware-model/engine/objects.h"
 #include "firmware-model/engine/reliability.h"
+#include "firmware-model/engine/timer_index.h"
 #include "firmware-model/engine/types.h"
 #include "proto/packet.h"
 
@@ -296,6 +297,9 @@ class Core {
   void forget(Qp& qp);  // qp is being destroyed
   std::vector<Qp*>& active() { return active_; }
   std::vector<uint32_t>& overflowed_cqs() { return overflowed_cqs_; }
+  // qp's deadlines may have changed (timer_index.h).
+  void touch(const Qp& qp) const { timers_.mark(qp.qpn); }
+  TimerIndex& timers() const { return timers_; }
 
  private:
   EngineConfig config_;
@@ -310,6 +314,7 @@ class Core {
   std::vector<uint32_t> overflowed_cqs_;
   std::vector<Qp*> uncommitted_;  // QPs with writes not yet committed
   std::vector<Qp*> failing_;      // commit() failed: their writes are lost
+  mutable TimerIndex timers_{0xFFF};  // by QPN index (engine.cc kQpIndexMask)
   void placement_failed(Qp& qp);
 };
 
@@ -345,6 +350,9 @@ void on_request(Core& c, Qp& qp, const proto::Frame& f);
 // Forgets the held out-of-order READs/atomics (QP to ERR or RESET).
 void drop_held(Qp& qp);
 void send_ack(Core& c, Qp& qp, bool dup);
+// A request a switch trimmed (proto::parse_trimmed_frame): NACK TRIMMED for
+// a PSN not yet received, otherwise a counted drop.
+void on_trimmed(Core& c, Qp& qp, const proto::Mbth& m);
 // Core::commit failed for qp's placed requests: NACK, receives in error, ERR.
 void placement_failed(Core& c, Qp& qp);
 // Sends READ responses as pacing allows; returns packets sent.

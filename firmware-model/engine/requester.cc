@@ -124,6 +124,17 @@ bool window_allows(Qp& qp, uint32_t wire) {
   return sb.bytes_in_flight() + wire <= qp.cc->window_bytes();
 }
 
+// After a packet of `wire` bytes leaves, the window holds another one back:
+// nothing more goes out until an ACK arrives, so the packet asks for one
+// (kFlagAckReq) rather than wait out the responder's delayed ACK. With
+// small windows (many senders per receiver) that delay was in every RTT
+// sample, above the delay target, and the window shrank for it.
+bool window_full_after(const Qp& qp, uint32_t wire) {
+  const SendScoreboard& sb = qp.sb;
+  if (qp.credit && sb.pkts_in_flight() + 1 >= qp.credit) return true;
+  return sb.bytes_in_flight() + 2 * uint64_t{wire} > qp.cc->window_bytes();
+}
+
 // Pacing: true when a packet of wire bytes may leave now. A result <= now
 // from next_send_time() means the packet is sent (docs/firmware-hal.md).
 bool pacing_allows(Core& c, Qp& qp, uint32_t wire) {
@@ -222,6 +233,7 @@ State segment(Core& c, Qp& qp) {
     completer::drain(c, qp);
     return State::kBlockedOrder;
   }
+  if (window_full_after(qp, wire)) p.mbth.flags |= proto::kFlagAckReq;
   qp.sb.add_new(seq, w.sent, len, wire, path, c.now());
   if (w.sent == 0) w.first_psn = psn;
   w.max_psn = psn;
@@ -257,6 +269,7 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
   qp.sb.release_rnr(c.now());
   uint32_t sent = 0;
   while (sent < budget && (qp.state == QpState::kRts || qp.state == QpState::kSqd)) {
+    if (sent && !c.hal().packets.tx_ready()) break;  // hal.h: held until the host pumps
     State s = step(c, qp);
     if (s != State::kSent) break;
     ++sent;

@@ -385,3 +385,74 @@ TEST_CASE("requester__dereg_mr_mid_message_stops_payload_reads") {
   CHECK(t.a.dma.watch_hits == 0);
 }
 }  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+// hal.h tx_ready: a full host transmit queue holds request packets in the
+// engine, unsent and not in flight; pump() after room appears sends them
+// stamped with the time they actually leave, so the RTT they measure is
+// the fabric's, not the host queue's.
+TEST_CASE("requester__full_transmit_queue_holds_requests_until_pump") {
+  Bench t;
+  t.connect_pair();
+  t.a.port.tx_room = 1;
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 2500);
+  w.remote_addr = t.b.base() + 100;
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  t.a.engine->pump();
+  CHECK(requests(t.a) == lines({"tx RDMA_WRITE psn 1000 msn 0 off 0 len 1024"}));
+  t.clock.t += 50'000;
+  t.a.engine->pump();
+  CHECK(request_list(t.a).size() == 1);  // still full
+  t.a.port.tx_room = -1;
+  t.a.engine->pump();
+  CHECK(requests(t.a) == lines({
+                             "tx RDMA_WRITE psn 1000 msn 0 off 0 len 1024",
+                             "tx RDMA_WRITE psn 1001 msn 0 off 1024 len 1024",
+                             "tx RDMA_WRITE psn 1002 msn 0 off 2048 len 452 LAST ACKREQ",
+                         }));
+  REQUIRE(t.a.port.raw.size() == 3);
+  CHECK(t.a.port.raw[1].packet.mbth.timestamp == static_cast<uint32_t>(t.clock.t));
+}
+
+// ACKs answer what arrived: a responder whose transmit queue is full still
+// acknowledges, so the peer's transfer completes.
+TEST_CASE("requester__acks_leave_while_transmit_queue_full") {
+  Bench t;
+  t.connect_pair();
+  t.b.port.tx_room = 0;
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 4000);
+  w.remote_addr = t.b.base();
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  std::vector<Completion> sc;
+  REQUIRE(t.run([&] {
+    for (auto& c : t.a.send_cq()) sc.push_back(c);
+    return !sc.empty();
+  }));
+  CHECK(std::string(status_name(sc[0].status)) == "SUCCESS");
+  CHECK(t.a.engine->counters().tx_retransmits == 0);
+}
+}  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+// A packet after which the window holds the next one back asks for an ACK
+// (nothing else will trigger one before the delayed-ACK timer); the others
+// of the message do not.
+TEST_CASE("requester__packet_that_fills_the_window_asks_for_an_ack") {
+  EngineConfig cfg;
+  cfg.link_bps = 1'000'000'000;
+  cfg.base_rtt = 24'000;  // BDP 3,000 bytes: two 1 KiB packets and their headers
+  Bench t(1, cfg);
+  t.connect_pair();
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 4000);
+  w.remote_addr = t.b.base();
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  t.a.engine->pump();
+  CHECK(requests(t.a) == lines({
+                             "tx RDMA_WRITE psn 1000 msn 0 off 0 len 1024",
+                             "tx RDMA_WRITE psn 1001 msn 0 off 1024 len 1024 ACKREQ",
+                         }));
+}
+}  // namespace metaroce::fw::test

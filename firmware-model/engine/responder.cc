@@ -466,6 +466,19 @@ State step(Core& c, Qp& qp, Req& r, State s) {
 
 }  // namespace
 
+void on_trimmed(Core& c, Qp& qp, const proto::Mbth& m) {
+  if (qp.state != QpState::kRtr && qp.state != QpState::kRts && qp.state != QpState::kSqd) {
+    c.bump(&qp, &Counters::rx_drop_qp_state);
+    return;
+  }
+  switch (qp.rw.classify(m.psn)) {
+    case RecvWindow::Verdict::kDuplicate: c.bump(&qp, &Counters::rx_drop_duplicate); return;
+    case RecvWindow::Verdict::kOutOfWindow: c.bump(&qp, &Counters::rx_drop_out_of_window); return;
+    case RecvWindow::Verdict::kNew: break;
+  }
+  send_nack(c, qp, proto::NackReason::kTrimmed, m.psn, m.path_id);
+}
+
 namespace {
 
 void serve(Core& c, Qp& qp, Req& r) {

@@ -697,3 +697,75 @@ TEST_CASE("responder__violations_break_only_the_named_rule") {
 }
 
 }  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+// docs/protocol.md §3.8: a request a switch cut to its headers (trim DSCP,
+// lengths still claiming the payload) is answered with NACK TRIMMED, and
+// the requester resends that PSN at once: no RACK wait, no timeout.
+namespace {
+constexpr uint8_t kTrimDscp = 46;
+std::vector<uint8_t> trimmed_copy(const Node& from, const Node& to, const OutPacket& sent,
+                                  uint32_t payload_len) {
+  proto::FrameHeaders h;
+  h.src_ip = from.ip;
+  h.dst_ip = to.ip;
+  h.src_port = sent.src_port;
+  h.dscp = kTrimDscp;
+  proto::Packet p = sent.packet;
+  std::vector<uint8_t> zeros(payload_len);
+  p.payload = zeros;
+  std::vector<uint8_t> f(proto::encap_length(h) + proto::transport_length(p));
+  REQUIRE(proto::build_frame(h, p, f) == f.size());
+  f.resize(proto::encap_length(h) + proto::kMbthLen);
+  return f;
+}
+EngineConfig trimming() {
+  EngineConfig cfg;
+  cfg.trimmed_dscp = kTrimDscp;
+  return cfg;
+}
+}  // namespace
+
+TEST_CASE("responder__trimmed_request_is_nacked_and_resent_at_once") {
+  Bench t(1, trimming());
+  t.connect_pair();
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 3000);
+  w.remote_addr = t.b.base();
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  t.a.engine->pump();
+  REQUIRE(t.a.port.outbox.size() == 3);
+  auto cut = trimmed_copy(t.a, t.b, t.a.port.raw[1], 1024);
+  t.b.engine->on_frame(t.a.port.outbox[0].bytes);
+  t.b.engine->on_frame(cut);
+  REQUIRE(!t.b.port.outbox.empty());
+  REQUIRE(t.b.port.log.back() == "tx NACK TRIMMED psn 1001");
+  CHECK(t.b.engine->counters().rx_drop_parse == 0);
+  const Time sent_at = t.clock.t;
+  t.a.port.outbox.clear();
+  t.a.engine->on_frame(t.b.port.outbox.back().bytes);  // the NACK, nothing else yet
+  REQUIRE(!t.a.port.log.empty());
+  CHECK(t.a.port.log.back() == "tx RDMA_WRITE psn 1001 msn 0 off 1024 len 1024 ACKREQ RETX");
+  CHECK(t.clock.t == sent_at);  // at once
+  CHECK(t.a.engine->counters().fast_retransmits == 1);
+  // A trimmed copy of a PSN already received is not NACKed.
+  const size_t nacks = t.b.port.log.size();
+  t.b.engine->on_frame(trimmed_copy(t.a, t.b, t.a.port.raw[0], 1024));
+  CHECK(t.b.port.log.size() == nacks);
+  CHECK(t.b.engine->counters().rx_drop_duplicate == 1);
+}
+
+TEST_CASE("responder__trimmed_request_without_the_trim_dscp_configured_is_a_parse_drop") {
+  Bench t;
+  t.connect_pair();
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 1024);
+  w.remote_addr = t.b.base();
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  t.a.engine->pump();
+  const size_t before = t.b.port.log.size();
+  t.b.engine->on_frame(trimmed_copy(t.a, t.b, t.a.port.raw[0], 1024));
+  CHECK(t.b.engine->counters().rx_drop_parse == 1);
+  CHECK(t.b.port.log.size() == before);
+}
+}  // namespace metaroce::fw::test

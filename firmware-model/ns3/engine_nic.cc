@@ -179,6 +179,7 @@ void EngineNic::send(const fw::OutPacket& p) {
     const uint64_t key = uint64_t{p.dst_ip.v4_host_order()} << 24 | p.packet.mbth.dest_qpn;
     auto [it, fresh] = queue_of_.try_emplace(key, static_cast<uint32_t>(queues_.size()));
     if (fresh) queues_.emplace_back();
+    data_bytes_ += n;
     TxQueue& q = queues_[it->second];
     q.frames.push_back(f);
     if (!q.active) {
@@ -193,9 +194,11 @@ void EngineNic::send(const fw::OutPacket& p) {
 
 Ptr<ns3::Packet> EngineNic::next_frame(int, bool data_ok) {
   Ptr<ns3::Packet> f;
+  bool control_taken = false;
   if (!control_.empty()) {
     f = control_.front();
     control_.pop_front();
+    control_taken = true;
   } else if (data_ok && !active_.empty()) {
     const uint32_t qi = active_.front();
     active_.pop_front();
@@ -208,8 +211,31 @@ Ptr<ns3::Packet> EngineNic::next_frame(int, bool data_ok) {
       active_.push_back(qi);
     }
   }
-  if (f) queued_bytes_ -= f->GetSize();
+  if (!f) return f;
+  queued_bytes_ -= f->GetSize();
+  if (!control_taken) {
+    data_bytes_ -= f->GetSize();
+    // Room again for an engine that was refused: pump it from its own event
+    // (this may run inside the engine's send(), which must not re-enter it).
+    if (tx_refused_ && !tx_pump_due_ && tx_ready()) {
+      tx_pump_due_ = true;
+      ns3::Simulator::ScheduleNow(&EngineNic::on_tx_room, this);
+    }
+  }
   return f;
+}
+
+bool EngineNic::tx_ready() {
+  if (cfg_.tx_room_bytes == 0 || data_bytes_ < cfg_.tx_room_bytes) return true;
+  tx_refused_ = true;
+  return false;
+}
+
+void EngineNic::on_tx_room() {
+  tx_pump_due_ = false;
+  tx_refused_ = false;
+  engine_->pump();
+  after_engine_call();
 }
 
 void EngineNic::on_frame(int, Ptr<const ns3::Packet> frame) {
@@ -304,6 +330,7 @@ NicStats EngineNic::stats() const {
   s.timeouts = c.timeouts;
   s.ecn_marks_seen = c.ecn_marks_seen;
   s.errors = c.local_errors + async_errors_;
+  s.rx_drop_parse = c.rx_drop_parse;
   s.nic_queue_max_bytes = queued_max_;
   std::ostringstream d;
   d << "fast_retransmits=" << c.fast_retransmits << " tail_loss_probes=" << c.tail_loss_probes

@@ -8,9 +8,10 @@
 // event at next_deadline().
 //
 // The NIC: one TX queue per destination QP served round robin, ACK/NACK
-// first, one frame at a time onto the wire at line rate (Port). The engine
-// cannot be refused (PacketPortInterface::send has no "blocked"), so the
-// queues are unbounded and their peak is reported (nic_queue_max_bytes).
+// first, one frame at a time onto the wire at line rate (Port). Data frames
+// beyond tx_room_bytes make tx_ready() false: the engine then holds its
+// requests, and the NIC pumps it again once a frame has left. The queues'
+// peak is reported (nic_queue_max_bytes).
 // Not modelled: PCIe and DMA latency/bandwidth, host CPU time (doorbells,
 // reductions and completion handling take zero time).
 #pragma once
@@ -38,6 +39,10 @@ struct EngineNicConfig {
   // a slot; receives are re-posted as soon as one is consumed.
   uint32_t send_depth = 8;
   uint32_t recv_depth = 16;
+  // Transmit backpressure (hal.h tx_ready): the engine holds request
+  // packets while this many bytes of data frames wait in the NIC; 0 = the
+  // NIC queues whatever the engine sends (unbounded, as before).
+  uint32_t tx_room_bytes = 64 * 1024;
 };
 
 class EngineNic final : public Nic,
@@ -70,6 +75,7 @@ class EngineNic final : public Nic,
   // HAL
   fw::Time now() const override;
   void send(const fw::OutPacket& p) override;
+  bool tx_ready() override;
   bool read(fw::OwnerId owner, uint64_t addr, std::span<uint8_t> dst) override;
   bool write(fw::OwnerId owner, uint64_t addr, std::span<const uint8_t> src) override;
   bool complete(uint32_t cqn, const fw::Completion& wc) override;
@@ -90,6 +96,7 @@ class EngineNic final : public Nic,
   void after_engine_call(bool timer_fired = false);
   void arm_timer(bool timer_fired);
   void on_timer_event();
+  void on_tx_room();
   void post_recvs(uint32_t qpn, uint32_t n);
   void deliver(const fw::Completion& wc);
   void post_backlog(Conn& c);
@@ -111,6 +118,9 @@ class EngineNic final : public Nic,
   std::unordered_map<uint64_t, uint32_t> queue_of_;
   std::deque<uint32_t> active_;
   uint64_t queued_bytes_ = 0, queued_max_ = 0;
+  uint64_t data_bytes_ = 0;    // of which data frames (tx_ready counts these)
+  bool tx_refused_ = false;    // tx_ready() said no since the last pump
+  bool tx_pump_due_ = false;   // an on_tx_room event is scheduled
   std::vector<uint8_t> tx_buf_, rx_buf_;
   // completions waiting for the engine call to return
   std::vector<fw::Completion> pending_;

@@ -32,11 +32,13 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --paths P            MetaRoCE path entropies per QP (1 = no spraying)  (4)
   --cc NAME            MetaRoCE congestion control             (default)
   --mtu M              1024 | 2048 | 4096                      (4096)
+  --tx-room-kb K       MetaRoCE NIC: data queued before the engine is held (64; 0 = unbounded)
   --buffer-kb K        per-port egress buffer                  (1024)
   --shared-buffer-mb M shared buffer per switch (dynamic threshold) instead
   --ecn MODE           off | threshold | red    (metaroce: threshold, roce: red)
   --ecn-kb K           threshold                               (100)
   --pfc on|off         (roce-pfc: on)   --xoff-kb K (200)  --xon-kb K (180)
+  --trim on|off        switches cut MetaRoCE frames that do not fit to headers, receivers NACK them (off)
   --fail-link I        fail switch link I (index, see --list-links) ...
   --fail-at-us T       ... T us after the start                (0)
   --loss-link I        random loss on link I ...   --loss P   ... with probability P
@@ -95,6 +97,7 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
       {"paths", [&] { s.num_paths = static_cast<uint32_t>(to_u64(v, k)); }},
       {"cc", [&] { s.congestion = v; }},
       {"mtu", [&] { s.mtu = static_cast<uint32_t>(to_u64(v, k)); }},
+      {"tx-room-kb", [&] { s.tx_room_bytes = static_cast<uint32_t>(to_u64(v, k) * 1024); }},
       {"buffer-kb", [&] { w.port_buffer_bytes = to_u64(v, k) * 1000; }},
       {"shared-buffer-mb",
        [&] {
@@ -117,6 +120,11 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
        [&] {
          if (v != "on" && v != "off") die("--pfc is on or off");
          w.pfc = v == "on";
+       }},
+      {"trim",
+       [&] {
+         if (v != "on" && v != "off") die("--trim is on or off");
+         w.trim = v == "on";
        }},
       {"xoff-kb", [&] { w.pfc_xoff_bytes = to_u64(v, k) * 1000; }},
       {"xon-kb", [&] { w.pfc_xon_bytes = to_u64(v, k) * 1000; }},

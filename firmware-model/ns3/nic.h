@@ -62,6 +62,7 @@ struct NicStats {
   uint64_t ecn_marks_seen = 0;
   uint64_t cnps = 0;                 // RoCEv2: CNPs sent
   uint64_t errors = 0;               // failed work requests
+  uint64_t rx_drop_parse = 0;        // frames the NIC could not parse (MetaRoCE: ICRC, cut)
   uint64_t nic_queue_max_bytes = 0;  // largest backlog in the NIC's TX queues
   std::string detail;                // implementation-specific counters, "k=v ..."
 };

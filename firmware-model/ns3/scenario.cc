@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "firmware-model/engine/congestion.h"
+#include "firmware-model/ns3/wire.h"
 #include "firmware-model/ns3/engine_nic.h"
 #include "firmware-model/ns3/roce_nic.h"
 #include "ns3/global-value.h"
@@ -73,6 +74,7 @@ void collect_switches(Fabric& f, double dur_ns, RunResult& r) {
   for (auto& s : f.switches()) {
     const SwitchCounters& c = s->counters();
     r.drops_buffer += c.drop_buffer_full;
+    r.trimmed += c.trimmed;
     r.ecn_marked += c.ecn_marked;
     r.pfc_pause_frames += c.pfc_tx_pause;
     for (int p = 0; p < s->num_ports(); ++p) {
@@ -114,6 +116,7 @@ void collect_nics(const std::vector<std::unique_ptr<Nic>>& nics, RunResult& r) {
     r.nic.ecn_marks_seen += s.ecn_marks_seen;
     r.nic.cnps += s.cnps;
     r.nic.errors += s.errors;
+    r.nic.rx_drop_parse += s.rx_drop_parse;
     r.nic.nic_queue_max_bytes = std::max(r.nic.nic_queue_max_bytes, s.nic_queue_max_bytes);
     r.pfc_paused_us += pc.paused_ns / 1e3;
     r.drops_random_loss += pc.rx_drop_random_loss;
@@ -149,6 +152,8 @@ std::unique_ptr<Nic> make_nic(const Scenario& s, uint32_t h, Fabric& f, uint64_t
     c.engine.port.link_mtu = 9000;
     c.engine.caps.max_qp = 1 << 16;
     c.path_mtu = s.mtu;
+    c.tx_room_bytes = s.tx_room_bytes;
+    if (s.sw.trim) c.engine.trimmed_dscp = kTrimmedDscp;
     return std::make_unique<EngineNic>(h, f.host_device(h), mem, c, seed, handler);
   }
   RoceConfig c;
@@ -197,6 +202,8 @@ std::string check(const Scenario& s) {
   if (s.work.hosts != s.topo.hosts) return "workload and topology host counts differ";
   if (s.mtu != 1024 && s.mtu != 2048 && s.mtu != 4096) return "mtu must be 1024, 2048 or 4096";
   if (s.num_paths == 0 || s.num_paths > 64) return "paths must be 1..64";
+  if (s.sw.trim && s.transport != "metaroce") return "trimming needs a receiver that NACKs trimmed packets: metaroce only";
+  if (s.sw.trim && s.sw.pfc) return "trimming is for lossy fabrics: not with PFC";
   if (s.loss < 0 || s.loss >= 1) return "loss must be in [0, 1)";
   if (s.fail_at_ns < 0) return "fail-at must not be negative";
   if (s.max_sim_ns <= 0) return "max-sim must be positive";
@@ -289,7 +296,8 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
     << ",\n  \"link_gbps\": " << s.topo.link_bps / 1e9
     << ",\n  \"oversubscription\": " << s.topo.oversubscription
     << ",\n  \"bytes\": " << s.work.bytes << ",\n  \"num_paths\": " << s.num_paths
-    << ",\n  \"congestion\": " << quote(s.congestion) << ",\n  \"seed\": " << s.seed
+    << ",\n  \"congestion\": " << quote(s.congestion) << ",\n  \"tx_room_bytes\": " << s.tx_room_bytes
+    << ",\n  \"seed\": " << s.seed
     << ",\n  \"completed\": " << (r.completed ? "true" : "false")
     << ",\n  \"error\": " << quote(r.error)
     << ",\n  \"verified\": " << (r.verify_error.empty() ? "true" : "false")
@@ -299,7 +307,8 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
   pct(o, "fct_us", r.fct_us);
   o << ",\n  ";
   pct(o, "slowdown", r.slowdown);
-  o << ",\n  \"drops\": " << r.drops << ",\n  \"drops_buffer\": " << r.drops_buffer
+  o << ",\n  \"drops\": " << r.drops << ",\n  \"trimmed\": " << r.trimmed
+    << ",\n  \"drops_buffer\": " << r.drops_buffer
     << ",\n  \"drops_random_loss\": " << r.drops_random_loss
     << ",\n  \"drops_link_down\": " << r.drops_link_down << ",\n  \"ecn_marked\": " << r.ecn_marked
     << ",\n  \"pfc_pause_frames\": " << r.pfc_pause_frames

@@ -24,6 +24,7 @@ struct Scenario {
   uint32_t num_paths = 4;
   std::string congestion = "default";
   uint32_t mtu = 4096;
+  uint32_t tx_room_bytes = 0;  // NIC transmit backpressure (EngineNicConfig), 0 = off
   // impairments: link indices into Fabric::links()
   int fail_link = -1;
   int64_t fail_at_ns = 0;  // after the start
@@ -69,6 +70,7 @@ struct RunResult {
   uint64_t flows = 0;
   std::vector<TierStats> tiers;
   uint64_t drops = 0, drops_buffer = 0, drops_random_loss = 0, drops_link_down = 0;
+  uint64_t trimmed = 0;  // frames cut to headers by trimming switches (not drops)
   uint64_t ecn_marked = 0, pfc_pause_frames = 0;
   double pfc_paused_us = 0;  // all ports, switches and hosts
   NicStats nic;              // summed over hosts (queue: max)

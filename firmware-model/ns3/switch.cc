@@ -4,6 +4,7 @@
 #include <array>
 
 #include "firmware-model/ns3/wire.h"
+#include "proto/packet.h"
 
 namespace metaroce::fabric {
 
@@ -105,7 +106,7 @@ void Switch::on_frame(int in, Ptr<const ns3::Packet> frame) {
   PortState& o = ports_[out];
   const uint32_t size = frame->GetSize();
   if (!admit(o, size)) {
-    ++counters_.drop_buffer_full;
+    if (!try_trim(o, frame)) ++counters_.drop_buffer_full;
     return;
   }
   Ptr<ns3::Packet> p = frame->Copy();
@@ -125,6 +126,20 @@ void Switch::on_frame(int in, Ptr<const ns3::Packet> frame) {
   if (cfg_.pfc && !i.pause_sent && i.ingress_bytes > cfg_.pfc_xoff_bytes) send_pfc(in, true);
   ++counters_.forwarded;
   o.port->wake();
+}
+
+bool Switch::try_trim(PortState& out, Ptr<const ns3::Packet> frame) {
+  if (!cfg_.trim) return false;
+  constexpr size_t kKeep = kIpv4UdpHeaders + proto::kMbthLen;
+  std::array<uint8_t, kKeep> head{};
+  const uint32_t n = frame->CopyData(head.data(), head.size());
+  std::vector<uint8_t> cut = trim_frame(std::span<const uint8_t>(head.data(), n), kKeep);
+  if (cut.empty() || frame->GetSize() <= kKeep) return false;
+  // Headers go first, beside PFC frames: the NACK they draw is the point.
+  out.control.push_back(ns3::Create<ns3::Packet>(cut.data(), cut.size()));
+  ++counters_.trimmed;
+  out.port->wake();
+  return true;
 }
 
 Ptr<ns3::Packet> Switch::next_frame(int port, bool data_ok) {

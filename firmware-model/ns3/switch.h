@@ -32,6 +32,10 @@ struct SwitchConfig {
   uint64_t ecn_k_bytes = 100'000;                             // threshold mode
   uint64_t red_kmin_bytes = 5'000, red_kmax_bytes = 200'000;  // RED (DCQCN paper)
   double red_pmax = 0.01;
+  // Packet trimming (NDP, UET): a MetaRoCE frame that does not fit is cut to
+  // its headers (Ethernet, IPv4, UDP, MBTH), marked with kTrimmedDscp and
+  // sent ahead of the data queue, so the receiver can NACK it at once.
+  bool trim = false;
   // PFC: per ingress port, bytes held in this switch that came from it.
   bool pfc = false;
   uint64_t pfc_xoff_bytes = 200'000;
@@ -53,6 +57,7 @@ struct SwitchCounters {
   uint64_t rx_drop_not_ip = 0;    // not an IPv4/UDP frame
   uint64_t rx_drop_no_route = 0;  // destination host not in the table
   uint64_t drop_buffer_full = 0;  // egress queue or shared pool full
+  uint64_t trimmed = 0;           // cut to headers instead of dropped (trim)
   uint64_t ecn_marked = 0;
   uint64_t pfc_tx_pause = 0, pfc_tx_resume = 0;
   uint64_t forwarded = 0;
@@ -101,6 +106,7 @@ class Switch final : public FrameSource, public FrameSink {
   int route(const struct FlowKey& k) const;
   bool admit(const PortState& out, uint32_t size) const;
   bool should_mark(uint64_t queue_bytes);
+  bool try_trim(PortState& out, ns3::Ptr<const ns3::Packet> frame);
   void send_pfc(int port, bool pause);
 
   std::string name_;

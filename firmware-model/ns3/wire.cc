@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "proto/packet.h"
+
 namespace metaroce::fabric {
 namespace {
 uint16_t be16(std::span<const uint8_t> b, size_t o) {
@@ -51,6 +53,21 @@ bool mark_ce(std::span<uint8_t> f) {
   f[ip + 10] = static_cast<uint8_t>(c >> 8);
   f[ip + 11] = static_cast<uint8_t>(c);
   return true;
+}
+
+std::vector<uint8_t> trim_frame(std::span<const uint8_t> f, size_t keep) {
+  auto k = parse_ipv4_udp(f);
+  if (!k || k->dst_port != proto::kUdpPort || f.size() < keep) return {};
+  std::vector<uint8_t> t(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(keep));
+  const size_t ip = kEthLen;
+  const size_t ihl = (t[ip] & 0x0F) * 4u;
+  t[ip + 1] = static_cast<uint8_t>(kTrimmedDscp << 2 | (t[ip + 1] & 3));
+  t[ip + 10] = 0;
+  t[ip + 11] = 0;
+  const uint16_t c = ipv4_checksum(std::span<const uint8_t>(t).subspan(ip, ihl));
+  t[ip + 10] = static_cast<uint8_t>(c >> 8);
+  t[ip + 11] = static_cast<uint8_t>(c);
+  return t;
 }
 
 uint32_t flow_hash(const FlowKey& k, uint32_t salt) {

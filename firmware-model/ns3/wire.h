@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
 
 namespace metaroce::fabric {
 
@@ -33,6 +34,12 @@ std::optional<FlowKey> parse_ipv4_udp(std::span<const uint8_t> f);
 // Sets CE on an ECN-capable IPv4 frame and fixes the header checksum.
 // Returns false (frame unchanged) when the frame is not ECT.
 bool mark_ce(std::span<uint8_t> f);
+// Packet trimming (docs/protocol.md §3.8, NDP): the first `keep` bytes of a
+// MetaRoCE IPv4 frame (f: at least its first keep bytes) with the IP DSCP
+// set to kTrimmedDscp (ECN kept, the header checksum fixed) and the IP/UDP
+// lengths left claiming the whole packet. Empty for anything else.
+inline constexpr uint8_t kTrimmedDscp = 1;
+std::vector<uint8_t> trim_frame(std::span<const uint8_t> f, size_t keep);
 // ECMP hash of the 5-tuple, salted per switch so tiers do not polarize.
 uint32_t flow_hash(const FlowKey& k, uint32_t salt);
 

@@ -9,6 +9,7 @@
 #include "firmware-model/ns3/roce_nic.h"
 #include "firmware-model/ns3/scenario.h"
 #include "firmware-model/ns3/wire.h"
+#include "proto/packet.h"
 
 namespace fab = metaroce::fabric;
 
@@ -132,6 +133,21 @@ TEST_CASE("metaroce__alltoall_within_1_2x_of_ideal") {
   CHECK(r.ratio >= 1.0);  // the bound is a bound
 }
 
+// hal.h tx_ready: with a bounded NIC queue the engine holds what does not
+// fit, so the NIC never holds much more than its room (plus the one packet a
+// QP may add after the check), where the unbounded queue takes every QP's
+// first window at once.
+TEST_CASE("metaroce__backpressured_nic_queue_stays_bounded_and_completes") {
+  auto s = scenario("alltoall", "metaroce", 256 * 1024);
+  const auto unbounded = fab::run(s);
+  s.tx_room_bytes = 16 * 1024;
+  const auto r = fab::run(s);
+  require_byte_exact(r);
+  INFO("nic queue max " << r.nic.nic_queue_max_bytes << " unbounded " << unbounded.nic.nic_queue_max_bytes);
+  CHECK(r.nic.nic_queue_max_bytes < 16 * 1024 + 2 * 4200 + 4096);  // room + a packet + ACKs
+  CHECK(unbounded.nic.nic_queue_max_bytes > 4 * 16 * 1024);
+}
+
 TEST_CASE("metaroce__link_failure_mid_collective_still_completes") {
   auto s = scenario("alltoall", "metaroce", 256 * 1024);
   s.fail_link = 0;        // leaf0-spine0
@@ -181,6 +197,51 @@ TEST_CASE("roce_lossy__recovers_by_go_back_n") {
   CHECK(r.nic.naks_sent > 0);
   CHECK(r.nic.retransmits > r.drops);  // go-back-N resends more than was lost
   CHECK(r.pfc_pause_frames == 0);
+}
+
+// Trimming (docs/protocol.md §3.8): the switch cuts what does not fit to
+// headers, the engine NACKs them TRIMMED and the sender resends at once, so
+// the incast into shallow buffers loses nothing and no timer recovers it.
+TEST_CASE("metaroce_trim__incast_trims_instead_of_dropping") {
+  auto s = scenario("incast", "metaroce", 256 * 1024);
+  s.sw.port_buffer_bytes = 200'000;  // shallow: the incast overflows it
+  const auto dropping = fab::run(s);
+  require_byte_exact(dropping);
+  s.sw.trim = true;
+  const auto r = fab::run(s);
+  require_byte_exact(r);
+  INFO("trimmed " << r.trimmed << " drops " << r.drops << " (without trimming " << dropping.drops << ")");
+  CHECK(dropping.drops_buffer > 0);
+  CHECK(r.trimmed > 0);
+  CHECK(r.drops == 0);
+  CHECK(r.nic.timeouts == 0);
+  CHECK(r.nic.rx_drop_parse == 0);  // every trimmed header was recognised and NACKed
+  CHECK(r.nic.retransmits >= r.trimmed);
+}
+
+// The switch's trimmed frame is what the engine's parser recognises.
+TEST_CASE("wire__trimmed_frame_is_what_the_receiver_parses_as_trimmed") {
+  metaroce::proto::FrameHeaders h;
+  h.src_ip = metaroce::proto::IpAddr::v4(fab::host_ip(1));
+  h.dst_ip = metaroce::proto::IpAddr::v4(fab::host_ip(9));
+  metaroce::proto::Packet p;
+  p.mbth.opcode = metaroce::proto::Opcode::kWriteImm;
+  p.mbth.psn = 42;
+  p.reth = {0x1000, 7, 4096};
+  std::vector<uint8_t> payload(4096, 0x5A);
+  p.payload = payload;
+  std::vector<uint8_t> f(metaroce::proto::encap_length(h) + metaroce::proto::transport_length(p));
+  REQUIRE(metaroce::proto::build_frame(h, p, f) == f.size());
+  auto cut = fab::trim_frame(f, fab::kIpv4UdpHeaders + metaroce::proto::kMbthLen);
+  REQUIRE(cut.size() == fab::kIpv4UdpHeaders + metaroce::proto::kMbthLen);
+  CHECK(fab::ipv4_checksum(std::span<const uint8_t>(cut).subspan(fab::kEthLen, 20)) == 0);
+  auto t = metaroce::proto::parse_trimmed_frame(cut, fab::kTrimmedDscp);
+  REQUIRE(t);
+  CHECK(t.value().mbth.psn == 42);
+  CHECK(t.value().headers.ecn == 0b10);  // ECN kept
+  std::vector<uint8_t> roce(fab::kIpv4UdpHeaders + 64, 0);
+  fab::build_ipv4_udp(roce, fab::FlowKey{fab::host_ip(1), fab::host_ip(9), 0xC001, 4791, 17, 2}, 3, 64);
+  CHECK(fab::trim_frame(roce, 40).empty());  // RoCEv2 (UDP 4791): never trimmed
 }
 
 TEST_CASE("fat_tree__alltoall_crosses_three_tiers_byte_exact") {

@@ -609,3 +609,57 @@ TEST_CASE("checksum_helpers__match_what_build_frame_writes") {
   CHECK(ipv4_header_checksum(Bytes(10)) == 0);
   CHECK(udp_checksum(IpAddr::v4(1), IpAddr::v4(2), Bytes(4)) == 0);
 }
+
+// parse_trimmed_frame (docs/protocol.md §3.8): a WRITE cut after its MBTH
+// by a switch that set the trim DSCP yields its headers; every other shape
+// is refused with the reason.
+namespace {
+constexpr uint8_t kTrimDscp = 46;
+const size_t kEncap = kEthLen + kIpv4Len + kUdpLen;
+Bytes write_frame(uint8_t dscp, Opcode op = Opcode::kWrite) {
+  FrameHeaders h;
+  h.src_ip = IpAddr::v4(0x0A000001);
+  h.dst_ip = IpAddr::v4(0x0A000002);
+  h.dscp = dscp;
+  Packet p;
+  p.mbth.opcode = op;
+  p.mbth.dest_qpn = 0x1234;
+  p.mbth.psn = 77;
+  p.mbth.path_id = 3;
+  p.reth = {0x1000, 5, 1024};
+  Bytes payload(1024, 0xAB);
+  if (op != Opcode::kReadReq) p.payload = payload;
+  Bytes f(kEncap + transport_length(p));
+  REQUIRE(build_frame(h, p, f) == f.size());
+  return f;
+}
+}  // namespace
+
+TEST_CASE("parse_trimmed_frame__cut_write_with_the_trim_dscp_yields_its_mbth") {
+  Bytes f = write_frame(kTrimDscp);
+  f.resize(kEncap + kMbthLen);  // the switch kept the MBTH only
+  auto t = parse_trimmed_frame(f, kTrimDscp);
+  REQUIRE(t);
+  CHECK(t.value().mbth.psn == 77);
+  CHECK(t.value().mbth.dest_qpn == 0x1234);
+  CHECK(t.value().mbth.opcode == Opcode::kWrite);
+  CHECK(t.value().headers.src_ip == IpAddr::v4(0x0A000001));
+  CHECK(parse_frame(f).error().code == ParseErrorCode::kTruncated);  // not a packet any more
+}
+
+TEST_CASE("parse_trimmed_frame__refuses_what_a_switch_did_not_trim") {
+  Bytes whole = write_frame(kTrimDscp);
+  CHECK(parse_trimmed_frame(whole, kTrimDscp).error() ==
+        ParseError{ParseErrorCode::kNotTrimmed, whole.size(), "UDP.length"});
+  Bytes other = write_frame(0);
+  other.resize(kEncap + kMbthLen);
+  CHECK(parse_trimmed_frame(other, kTrimDscp).error().code == ParseErrorCode::kNotTrimmed);
+  Bytes read = write_frame(kTrimDscp, Opcode::kReadReq);
+  read.resize(kEncap + kMbthLen);
+  CHECK(parse_trimmed_frame(read, kTrimDscp).error() ==
+        ParseError{ParseErrorCode::kNotTrimmed, kEncap + 1, "MBTH.opcode"});
+  Bytes cut = write_frame(kTrimDscp);
+  cut.resize(kEncap + kMbthLen - 1);  // not even a whole MBTH
+  CHECK(parse_trimmed_frame(cut, kTrimDscp).error() ==
+        ParseError{ParseErrorCode::kTruncated, cut.size(), "MBTH"});
+}

@@ -1,5 +1,8 @@
 #include "tests/simnet/host.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <algorithm>
 #include <cstring>
 
@@ -96,6 +99,10 @@ void Host::kick() {
 }
 
 void Host::arm_timer(bool just_fired) {
+  if (!engine_->check_timer_index()) {  // the engine's timer index against a scan of its QPs
+    std::fprintf(stderr, "simnet: engine timer index disagrees with a scan of its QPs\n");
+    std::abort();
+  }
   Time d = engine_->next_deadline();
   if (d == fw::kNever) return;
   const Time now = sched_.now();

@@ -35,6 +35,15 @@ def presets(hosts):
     for t in ["metaroce", "roce-pfc"]:
         goals.append((f"incast64-{t}", ["incast", "--hosts", h, "--transport", t, "--senders",
                                         str(min(64, hosts - 1))]))
+    # The same MetaRoCE runs with a NIC that backpressures the engine
+    # (hal.h tx_ready, 64 KB of queued data) instead of queueing every
+    # QP's first window.
+    room = ["--tx-room-kb", "64"]
+    goals.append((f"a2a-metaroce-txroom64-{h}", ["alltoall", "--hosts", h] + room))
+    goals.append((f"a2a-loss-metaroce-txroom64-{h}",
+                  ["alltoall", "--hosts", h, "--loss-link", "0", "--loss", "0.01"] + room))
+    goals.append((f"incast64-metaroce-txroom64", ["incast", "--hosts", h, "--senders",
+                                                  str(min(64, hosts - 1))] + room))
     scale = []
     for n in (16, 32, 128):
         hpl = str(min(16, n // 2))

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 namespace metaroce::fw::test {
 
@@ -53,6 +54,8 @@ std::string describe(const proto::Packet& p) {
 void FakePort::send(const OutPacket& o) {
   std::string what = describe_packets ? describe(o.packet) : std::string();
   if (keep_log) log.push_back("tx " + what);
+  const proto::Opcode op = o.packet.mbth.opcode;
+  if (tx_room > 0 && op != proto::Opcode::kAck && op != proto::Opcode::kNack) --tx_room;
   proto::FrameHeaders h;
   h.src_ip = o.src_ip;
   h.dst_ip = o.dst_ip;
@@ -214,6 +217,11 @@ bool Bench::run(const std::function<bool()>& done, Time limit) {
     collect(a, true);
     collect(b, false);
     if (done()) return true;
+    // Every engine test checks the timer index against a scan of the QPs.
+    if (!a.engine->check_timer_index() || !b.engine->check_timer_index()) {
+      std::fprintf(stderr, "engine timer index disagrees with a scan of its QPs\n");
+      std::abort();
+    }
     Time next = std::min(a.engine->next_deadline(), b.engine->next_deadline());
     if (!wire_.empty()) next = std::min(next, wire_.top().at);
     if (next == kNever || next > end) return false;

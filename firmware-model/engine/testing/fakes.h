@@ -132,6 +132,10 @@ std::string describe(const proto::Packet& p);
 class FakePort : public PacketPortInterface {
  public:
   void send(const OutPacket& o) override;
+  // Transmit backpressure (hal.h): request and READ response packets the
+  // port still takes before it reports full; negative = unlimited.
+  bool tx_ready() override { return tx_room != 0; }
+  int64_t tx_room = -1;
   std::vector<std::string> log;  // describe() of every packet sent
   bool keep_log = true;
   bool describe_packets = true;  // false: no strings at all (benchmarks)
