@@ -413,6 +413,10 @@ bool IpAddr::is_v4() const {
   return std::equal(kPrefix.begin(), kPrefix.end(), bytes.begin());
 }
 
+bool IpAddr::is_multicast() const {
+  return is_v4() ? (bytes[12] & 0xF0) == 0xE0 : bytes[0] == 0xFF;
+}
+
 IpAddr IpAddr::v4(uint32_t host_order) {
   IpAddr a;
   a.bytes[10] = a.bytes[11] = 0xFF;

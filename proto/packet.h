@@ -286,6 +286,7 @@ using MacAddr = std::array<uint8_t, 6>;
 struct IpAddr {
   std::array<uint8_t, 16> bytes{};
   bool is_v4() const;
+  bool is_multicast() const;  // 224.0.0.0/4 (IPv4-mapped) or ff00::/8
   static IpAddr v4(uint32_t host_order);
   uint32_t v4_host_order() const;
   bool operator==(const IpAddr&) const = default;

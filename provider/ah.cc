@@ -54,3 +54,24 @@ int mroce_destroy_ah(struct ibv_ah *ibah) {
   free(ah);
   return 0;
 }
+
+// Multicast groups (UD QPs): the daemon fans a group's datagrams out to
+// every attached QP on the host; the GID is the group's IP address.
+namespace {
+int mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid, uint16_t op) {
+  struct mroce_mcast_req req = {};
+  req.qpn = qp->qp_num;
+  req.lid = lid;
+  memcpy(req.gid, gid->raw, sizeof(req.gid));
+  struct mroce_call call = {op, &req, sizeof(req), -1, nullptr, 0, nullptr, 0};
+  return mroce_ctrl_call(to_mroce_ctx(qp->context), &call);
+}
+}  // namespace
+
+int mroce_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) {
+  return mcast(qp, gid, lid, MROCE_OP_ATTACH_MCAST);
+}
+
+int mroce_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) {
+  return mcast(qp, gid, lid, MROCE_OP_DETACH_MCAST);
+}

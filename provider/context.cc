@@ -186,6 +186,9 @@ void fill_device_attr(const struct mroce_device_attr *d, struct ibv_device_attr 
   a->atomic_cap = IBV_ATOMIC_HCA;
   a->max_pkeys = 1;
   a->max_ah = static_cast<int>(d->max_ah);
+  a->max_mcast_grp = 1024;  // fw::DeviceCaps
+  a->max_mcast_qp_attach = 64;
+  a->max_total_mcast_qp_attach = 1024 * 64;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
 }
@@ -303,6 +306,7 @@ const struct verbs_device_ops mroce_dev_ops = {
 
 static const struct verbs_context_ops mroce_ctx_ops = {
     .alloc_pd = mroce_alloc_pd,
+    .attach_mcast = mroce_attach_mcast,
     .cq_event = mroce_cq_event,
     .create_ah = mroce_create_ah,
     .create_cq = mroce_create_cq,
@@ -312,6 +316,7 @@ static const struct verbs_context_ops mroce_ctx_ops = {
     .destroy_ah = mroce_destroy_ah,
     .destroy_cq = mroce_destroy_cq,
     .destroy_qp = mroce_destroy_qp,
+    .detach_mcast = mroce_detach_mcast,
     .free_context = mroce_free_context,
     .modify_qp = mroce_modify_qp,
     .poll_cq = mroce_poll_cq,

@@ -168,6 +168,8 @@ int mroce_dereg_mr(struct verbs_mr *vmr);
 // ---- address handles (ah.cc) ----
 struct ibv_ah *mroce_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int mroce_destroy_ah(struct ibv_ah *ah);
+int mroce_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+int mroce_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 
 // ---- CQ (cq.cc) ----
 struct ibv_cq *mroce_create_cq(struct ibv_context *context, int cqe,

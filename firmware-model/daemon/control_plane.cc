@@ -182,6 +182,8 @@ void ControlPlane::handle(Client& c, const Request& req, Reply* out) {
     case MROCE_OP_QUERY_QP_TRANSPORT: err = op_query_qp_transport(c, req, out); break;
     case MROCE_OP_CREATE_AH: err = op_create_ah(c, req, out); break;
     case MROCE_OP_DESTROY_AH: err = op_destroy_ah(c, req, out); break;
+    case MROCE_OP_ATTACH_MCAST: err = op_mcast(c, req, out, true); break;
+    case MROCE_OP_DETACH_MCAST: err = op_mcast(c, req, out, false); break;
     default:
       out->reason = "unknown control operation " + std::to_string(req.op);
       counters_.ctrl_malformed++;

@@ -143,6 +143,7 @@ class ControlPlane {
   // ud: address handles (control_plane_ud.cc)
   int op_create_ah(Client& c, const Request& r, Reply* out);
   int op_destroy_ah(Client& c, const Request& r, Reply* out);
+  int op_mcast(Client& c, const Request& r, Reply* out, bool attach);
   // A controlled Q_Key (high bit set) only for root, as the kernel's
   // CAP_NET_RAW rule; EPERM with the reason otherwise.
   int check_qkey(const Client& c, const mroce_qp_attr& a, Reply* out);

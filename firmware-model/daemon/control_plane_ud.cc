@@ -78,6 +78,27 @@ int ControlPlane::op_destroy_ah(Client& c, const Request& r, Reply* out) {
   return err;
 }
 
+int ControlPlane::op_mcast(Client& c, const Request& r, Reply* out, bool attach) {
+  mroce_mcast_req req{};
+  if (!decode_body(r, &req, out, counters_)) return EINVAL;
+  if (!c.qps.count(req.qpn)) {
+    out->reason = "no such QP in this context";
+    return ENOENT;
+  }
+  proto::IpAddr group;
+  std::memcpy(group.bytes.data(), req.gid, sizeof(req.gid));
+  int err = attach ? backend_.attach_mcast(c.id, req.qpn, group)
+                   : backend_.detach_mcast(c.id, req.qpn, group);
+  if (err == EINVAL) {
+    out->reason = !group.is_multicast() ? "not a multicast GID (224.0.0.0/4 or ff00::/8)"
+                  : attach               ? "multicast needs a UD QP"
+                                         : "the QP is not attached to that group";
+  } else if (err == ENOMEM) {
+    out->reason = "multicast limits reached (groups or QPs per group)";
+  }
+  return err;
+}
+
 int ControlPlane::check_qkey(const Client& c, const mroce_qp_attr& a, Reply* out) {
   if (!(a.attr_mask & fw::kAttrQkey) || !(a.qkey & kControlledQkey) || c.uid == 0) return 0;
   counters_.qkey_privileged_refused++;

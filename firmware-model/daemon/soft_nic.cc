@@ -27,6 +27,16 @@ uint64_t SoftNicHal::next() {
   return random_[--random_left_];
 }
 
+namespace {
+// The Ethernet address of an IP multicast group: 01:00:5e + the low 23
+// bits (RFC 1112), or 33:33 + the low 32 bits (RFC 2464).
+proto::MacAddr multicast_mac(const proto::IpAddr& g) {
+  const auto& b = g.bytes;
+  if (g.is_v4()) return {0x01, 0x00, 0x5e, static_cast<uint8_t>(b[13] & 0x7f), b[14], b[15]};
+  return {0x33, 0x33, b[12], b[13], b[14], b[15]};
+}
+}  // namespace
+
 void SoftNicHal::send(const fw::OutPacket& p) {
   io::PacketIo* io = env_.io;
   LinkInterface* link = env_.link;
@@ -37,16 +47,21 @@ void SoftNicHal::send(const fw::OutPacket& p) {
   h.dscp = p.dscp;
   h.ttl = p.ttl;
   bool local = std::find(gids_.begin(), gids_.end(), p.dst_ip) != gids_.end();
+  // A UD multicast datagram goes to this host's attached QPs too
+  // (docs/protocol.md §13.8), and to the wire at the group's MAC.
+  bool mcast = p.dst_ip.is_multicast();
   size_t len = proto::encap_length(h) + proto::transport_length(p.packet);
-  if (local) {
+  if (local || mcast) {
     h.src_mac = h.dst_mac = link ? link->local_mac() : proto::MacAddr{};
     std::vector<uint8_t> frame(len);
     if (proto::build_frame(h, p.packet, frame) == 0) return;
     loopback_.push_back(std::move(frame));
-    return;
+    if (local) return;
   }
   if (!io || !link) return;
-  if (!link->resolve(p.dst_ip, &h.dst_mac)) {
+  if (mcast) {
+    h.dst_mac = multicast_mac(p.dst_ip);
+  } else if (!link->resolve(p.dst_ip, &h.dst_mac)) {
     env_.counters->tx_drop_no_neighbor++;
     return;
   }
@@ -89,7 +104,7 @@ int SoftNic::create_ah(fw::OwnerId owner, uint32_t pdn, const fw::AddressVector&
   int err = SoftBackend::create_ah(owner, pdn, av, ahn);
   bool local = std::find(gids_.begin(), gids_.end(), av.dgid) != gids_.end();
   proto::MacAddr mac;
-  if (!err && !local && env_.link) env_.link->resolve(av.dgid, &mac);  // kPending triggers it
+  if (!err && !local && !av.dgid.is_multicast() && env_.link) env_.link->resolve(av.dgid, &mac);  // kPending triggers it
   return err;
 }
 

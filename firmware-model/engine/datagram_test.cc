@@ -341,3 +341,57 @@ TEST_CASE("datagram__destroy_owner_frees_its_ahs") {
 }
 
 }  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+
+TEST_CASE("datagram__multicast_reaches_every_attached_qp_and_only_those") {
+  UdPair u;
+  Node& b = u.t.b;
+  const proto::IpAddr group = proto::IpAddr::v4(0xEF010101);  // 239.1.1.1
+  uint32_t second = 0;
+  QpInitAttr init;
+  init.type = QpType::kUd;
+  init.pdn = b.pd;
+  init.send_cqn = init.recv_cqn = b.rcq;
+  init.cap = {4, 4, 1, 1, 0};
+  REQUIRE(b.engine->create_qp(Node::kOwner, init, &second, nullptr) == 0);
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.qkey = kQkey;
+  REQUIRE(b.engine->modify_qp(Node::kOwner, second, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrQkey) == 0);
+  a.qp_state = QpState::kRtr;
+  REQUIRE(b.engine->modify_qp(Node::kOwner, second, a, kAttrState) == 0);
+  CHECK(b.engine->attach_mcast(Node::kOwner, b.qpn, proto::IpAddr::v4(0x0A000001)) == EINVAL);
+  REQUIRE(b.engine->attach_mcast(Node::kOwner, b.qpn, group) == 0);
+  REQUIRE(b.engine->attach_mcast(Node::kOwner, second, group) == 0);
+  CHECK(b.engine->attach_mcast(Node::kOwner, second, group) == 0);  // idempotent
+  REQUIRE(b.post_recv(1, 4096, kRecvBytes) == 0);
+  RecvWr r;
+  r.wr_id = 2;
+  r.num_sge = 1;
+  r.sg[0] = {b.base() + 16384, kRecvBytes, b.mr.lkey};
+  REQUIRE(b.engine->post_recv(Node::kOwner, second, r) == 0);
+  std::vector<uint8_t> pay(32, 9);
+  proto::Packet p = datagram(datagram::kMulticastQpn, kQkey, pay);
+  proto::FrameHeaders h;
+  h.src_ip = u.t.a.ip;
+  h.dst_ip = group;
+  std::vector<uint8_t> f(proto::encap_length(h) + proto::transport_length(p));
+  f.resize(proto::build_frame(h, p, f));
+  b.engine->on_frame(f);
+  auto wc = b.recv_cq();
+  REQUIRE(wc.size() == 2);
+  CHECK(wc[0].status == WcStatus::kSuccess);
+  CHECK(wc[1].status == WcStatus::kSuccess);
+  CHECK(wc[0].byte_len == 72);
+  // Detached, destroyed: nobody left, the datagram is counted.
+  REQUIRE(b.engine->detach_mcast(Node::kOwner, b.qpn, group) == 0);
+  CHECK(b.engine->detach_mcast(Node::kOwner, b.qpn, group) == EINVAL);
+  REQUIRE(b.engine->destroy_qp(Node::kOwner, second) == 0);
+  const uint64_t n = b.engine->counters().rx_drop_mcast_no_group;
+  b.engine->on_frame(f);
+  CHECK(b.engine->counters().rx_drop_mcast_no_group == n + 1);
+  CHECK(b.recv_cq().empty());
+}
+
+}  // namespace metaroce::fw::test

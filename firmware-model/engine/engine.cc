@@ -449,6 +449,26 @@ struct Engine::Impl {
     settle();
   }
 
+  // A multicast datagram: a copy to every QP attached to its group.
+  void on_multicast(const proto::Frame& f, size_t frame_bytes) {
+    auto it = core.groups().find(f.headers.dst_ip.bytes);
+    if (it == core.groups().end()) {
+      core.bump(nullptr, &Counters::rx_drop_mcast_no_group);
+      return;
+    }
+    const std::vector<uint32_t> members = it->second;  // delivery may not change it, but copy
+    for (uint32_t qpn : members)
+      if (Qp* qp = find_qp(qpn)) on_datagram(*qp, f, frame_bytes);
+  }
+
+  void leave_groups(uint32_t qpn) {
+    auto& g = core.groups();
+    for (auto it = g.begin(); it != g.end();) {
+      std::erase(it->second, qpn);
+      it = it->second.empty() ? g.erase(it) : std::next(it);
+    }
+  }
+
   void remove_ah(uint32_t ahn) {
     if (Ah* ah = core.ahs().get(ahn))
       if (Pd* pd = pds.get(ah->pdn)) --pd->refs;
@@ -462,6 +482,7 @@ struct Engine::Impl {
     core.credit()->forget(qp.qpn);
     core.forget(qp);
     core.timers().forget(qp.qpn);
+    leave_groups(qp.qpn);
     auto& act = core.active();
     act.erase(std::remove(act.begin(), act.end(), &qp), act.end());
     uint32_t i = qp.qpn & kQpIndexMask;
@@ -774,6 +795,35 @@ int Engine::destroy_ah(OwnerId owner, uint32_t ahn) {
   return 0;
 }
 
+int Engine::attach_mcast(OwnerId owner, uint32_t qpn, const proto::IpAddr& group) {
+  EntryGuard guard(impl_->busy);
+  Qp* qp = nullptr;
+  if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
+  if (qp->init.type != QpType::kUd || !group.is_multicast()) return EINVAL;
+  auto& groups = impl_->core.groups();
+  auto it = groups.find(group.bytes);
+  if (it == groups.end()) {
+    if (groups.size() >= caps().max_mcast_grp) return ENOMEM;
+    it = groups.emplace(group.bytes, std::vector<uint32_t>{}).first;
+  }
+  std::vector<uint32_t>& members = it->second;
+  if (std::find(members.begin(), members.end(), qpn) != members.end()) return 0;  // already
+  if (members.size() >= caps().max_mcast_qp_attach) return ENOMEM;
+  members.push_back(qpn);
+  return 0;
+}
+
+int Engine::detach_mcast(OwnerId owner, uint32_t qpn, const proto::IpAddr& group) {
+  EntryGuard guard(impl_->busy);
+  Qp* qp = nullptr;
+  if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
+  auto& groups = impl_->core.groups();
+  auto it = groups.find(group.bytes);
+  if (it == groups.end() || std::erase(it->second, qpn) == 0) return EINVAL;
+  if (it->second.empty()) groups.erase(it);
+  return 0;
+}
+
 int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
   EntryGuard guard(impl_->busy);
   Qp* qp = nullptr;
@@ -865,6 +915,10 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
   }
   const proto::Frame& f = parsed.value();
   const proto::Packet& p = f.packet;
+  if (p.mbth.dest_qpn == datagram::kMulticastQpn && f.headers.dst_ip.is_multicast()) {
+    m.on_multicast(f, frame.size());
+    return;
+  }
   Qp* qp = m.find_qp(p.mbth.dest_qpn);
   if (!qp) {
     c.bump(nullptr, &Counters::rx_drop_unknown_qp);

@@ -97,6 +97,7 @@ struct Counters {
   uint64_t rx_drop_ud_wrong_type = 0;   // datagram opcode to an RC QP, or RC opcode to a UD QP
   uint64_t rx_drop_ud_recv_too_small = 0;  // GRH + payload over the receive (completes kLocLenErr)
   uint64_t rx_drop_ud_recv_fault = 0;   // receive lkey/bounds/DMA failed (completes in error)
+  uint64_t rx_drop_mcast_no_group = 0;  // multicast datagram for a group no QP here joined
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).
@@ -144,6 +145,12 @@ class Engine {
   // the PD, EINVAL for a bad sgid_index, ENOMEM when max_ah are in use.
   int create_ah(OwnerId owner, uint32_t pdn, const AddressVector& av, uint32_t* ahn);
   int destroy_ah(OwnerId owner, uint32_t ahn);
+  // UD multicast (docs/protocol.md §13.8): a datagram to QPN 0xFFFFFF and a
+  // group address reaches every QP attached to that group here. EINVAL: not
+  // a UD QP or not a multicast address, or (detach) not attached; ENOMEM:
+  // max_mcast_grp groups or max_mcast_qp_attach QPs in the group.
+  int attach_mcast(OwnerId owner, uint32_t qpn, const proto::IpAddr& group);
+  int detach_mcast(OwnerId owner, uint32_t qpn, const proto::IpAddr& group);
   // Tear down everything `owner` created (its process exited). Its QPs'
   // peers see errors through the normal retry path.
   void destroy_owner(OwnerId owner);

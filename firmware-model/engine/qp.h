@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -260,6 +261,8 @@ class Core {
   Counters& counters() { return counters_; }
   MrTable& mrs() { return mrs_; }
   Table<Ah>& ahs() { return ahs_; }
+  // UD multicast groups: group address -> attached QPNs (datagram.cc).
+  std::map<std::array<uint8_t, 16>, std::vector<uint32_t>>& groups() { return groups_; }
   ReceiverCreditInterface* credit() { return credit_.get(); }
   std::vector<uint8_t>& scratch() { return scratch_; }
   std::vector<uint8_t>& lost_paths() { return lost_paths_; }
@@ -307,6 +310,7 @@ class Core {
   Counters counters_;
   MrTable mrs_;
   Table<Ah> ahs_;
+  std::map<std::array<uint8_t, 16>, std::vector<uint32_t>> groups_;
   std::unique_ptr<ReceiverCreditInterface> credit_;
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> lost_paths_;
@@ -383,6 +387,7 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget);
 // A frame addressed to a UD QP: checked, placed behind its GRH, completed,
 // or dropped and counted by reason.
 void on_frame(Core& c, Qp& qp, const proto::Frame& f);
+inline constexpr uint32_t kMulticastQpn = 0xFFFFFF;  // MBTH.dest_qpn of a multicast datagram
 }  // namespace datagram
 
 }  // namespace metaroce::fw

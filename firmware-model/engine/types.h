@@ -230,6 +230,8 @@ struct DeviceCaps {
   uint32_t max_inline = kMaxInline;
   uint32_t max_msg_size = 1u << 31;
   uint32_t max_ah = 65536;
+  uint32_t max_mcast_grp = 1024;
+  uint32_t max_mcast_qp_attach = 64;  // QPs per group
 };
 
 }  // namespace metaroce::fw

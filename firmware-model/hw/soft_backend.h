@@ -47,6 +47,12 @@ class SoftBackend : public TransportBackend {
     return engine_.create_ah(o, pdn, av, ahn);
   }
   int destroy_ah(fw::OwnerId o, uint32_t ahn) override { return engine_.destroy_ah(o, ahn); }
+  int attach_mcast(fw::OwnerId o, uint32_t qpn, const proto::IpAddr& g) override {
+    return engine_.attach_mcast(o, qpn, g);
+  }
+  int detach_mcast(fw::OwnerId o, uint32_t qpn, const proto::IpAddr& g) override {
+    return engine_.detach_mcast(o, qpn, g);
+  }
   int post_send(fw::OwnerId o, uint32_t qpn, const fw::SendWr& wr) override {
     return engine_.post_send(o, qpn, wr);
   }

@@ -76,6 +76,13 @@ class TransportBackend {
     return EOPNOTSUPP;
   }
   virtual int destroy_ah(fw::OwnerId owner, uint32_t ahn) { return EOPNOTSUPP; }
+  // UD multicast (fw::Engine::attach_mcast).
+  virtual int attach_mcast(fw::OwnerId owner, uint32_t qpn, const proto::IpAddr& group) {
+    return EOPNOTSUPP;
+  }
+  virtual int detach_mcast(fw::OwnerId owner, uint32_t qpn, const proto::IpAddr& group) {
+    return EOPNOTSUPP;
+  }
 
   // ---- doorbells (data path) ----
   // ENOMEM: the queue is full; the caller keeps the WR and retries.

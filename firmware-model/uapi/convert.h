@@ -98,7 +98,8 @@ struct NamedCounter {
   X(rx_drop_ud_malformed)        \
   X(rx_drop_ud_wrong_type)       \
   X(rx_drop_ud_recv_too_small)   \
-  X(rx_drop_ud_recv_fault)
+  X(rx_drop_ud_recv_fault)       \
+  X(rx_drop_mcast_no_group)
 
 #define MROCE_X(name) +1
 inline constexpr size_t kEngineCounters = 0 MROCE_ENGINE_COUNTERS(MROCE_X);

@@ -14,14 +14,17 @@ VERBS_E2E=$(find_file tests/verbs/verbs_e2e) || { echo "verbs_e2e not built"; ex
 
 source "$top/tests/lib/netns.sh"
 if [ "$(id -u)" != 0 ] || ! command -v ibv_ud_pingpong >/dev/null || ! command -v ib_send_bw >/dev/null; then
-  echo "SKIP: needs root and ibverbs-utils/perftest"; E2E_SKIPPED=1; e2e_finish; exit 0
+  echo "SKIP: needs root and ibverbs-utils/perftest"; E2E_SKIPPED=1; e2e_case ud_multicast_across_hosts_and_on_the_host t_ud_multicast
+e2e_finish; exit 0
 fi
 if ! mroce_find_bin metaroced firmware-model/daemon/metaroced >/dev/null 2>&1 && [ -z "${METAROCED:-}" ]; then
   echo "SKIP: metaroced is not built (bazel build //firmware-model/daemon:metaroced)"
-  E2E_SKIPPED=1; e2e_finish; exit 0
+  E2E_SKIPPED=1; e2e_case ud_multicast_across_hosts_and_on_the_host t_ud_multicast
+e2e_finish; exit 0
 fi
 trap 'mroce_net_down >/dev/null 2>&1' EXIT
-mroce_net_up ${MROCE_E2E_IO:+--io $MROCE_E2E_IO} || { echo "mroce_net_up failed"; E2E_FAILED=1; e2e_finish; exit 1; }
+mroce_net_up ${MROCE_E2E_IO:+--io $MROCE_E2E_IO} || { echo "mroce_net_up failed"; E2E_FAILED=1; e2e_case ud_multicast_across_hosts_and_on_the_host t_ud_multicast
+e2e_finish; exit 1; }
 GID_A=$(gid_index in_a "$MROCE_DEV_A" "$MROCE_IP_A")
 GID_B=$(gid_index in_b "$MROCE_DEV_B" "$MROCE_IP_B")
 echo "GID index A=$GID_A B=$GID_B io=${MROCE_E2E_IO:-auto}"
@@ -65,9 +68,22 @@ t_ud_bad_input() {
   [ "$(counter a ud_tx_unknown_ah)" -gt "$a0" ] || e2e_fail "the foreign AH was not counted"
 }
 
+# Multicast: two QPs in A attached to 239.7.7.7 each get every datagram B
+# sends to the group (IP multicast between hosts), then one sent in A.
+t_ud_multicast() {
+  local ready=$E2E_RUN_DIR/mcast.ready pid
+  rm -f "$ready"
+  in_a "$VERBS_E2E" mcast_recv "$MROCE_DEV_A" "$ready" &
+  pid=$!; e2e_track_pid "$pid"
+  wait_for 60 test -e "$ready" || e2e_fail "receiver never got ready"
+  in_b "$VERBS_E2E" mcast_send "$MROCE_DEV_B" || e2e_fail "sender failed"
+  wait "$pid" || { echo "A: $(counter a rx_drop_mcast_no_group) no-group drops"; e2e_fail "receiver failed"; }
+}
+
 e2e_case ibv_ud_pingpong_sizes t_ud_pingpong
 e2e_case ibv_ud_pingpong_over_mtu_refused t_ud_pingpong_too_big
 e2e_case ib_send_bw_ud t_send_bw_ud
 e2e_case ib_send_lat_ud t_send_lat_ud
 e2e_case verbs_ud_bad_input_is_a_clear_error_or_counted_drop t_ud_bad_input
+e2e_case ud_multicast_across_hosts_and_on_the_host t_ud_multicast
 e2e_finish

@@ -159,8 +159,8 @@ void free_pair(Pair *p) {
   ibv_dealloc_pd(p->pd);
 }
 
-// Polls one completion (5 s at most).
-bool poll_one(ibv_cq *cq, ibv_wc *wc) {
+// Polls one completion (`seconds` at most).
+bool poll_one(ibv_cq *cq, ibv_wc *wc, int seconds = 5) {
   timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
@@ -169,7 +169,7 @@ bool poll_one(ibv_cq *cq, ibv_wc *wc) {
     if (n < 0) return false;
     timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    if (t.tv_sec - t0.tv_sec > 5) {
+    if (t.tv_sec - t0.tv_sec > seconds) {
       fprintf(stderr, "timeout waiting for a completion\n");
       return false;
     }
@@ -570,6 +570,120 @@ int case_ud(const char *dev) {
   return g_failures ? 1 : 0;
 }
 
+// ---- ud multicast (docs/protocol.md §13.8) across two hosts ----
+
+constexpr uint32_t kGroupV4 = 0xEF070707;  // 239.7.7.7
+constexpr int kMcastCount = 10;
+
+ibv_gid group_gid() {
+  ibv_gid g{};
+  g.raw[10] = g.raw[11] = 0xff;
+  for (int i = 0; i < 4; i++) g.raw[12 + i] = static_cast<uint8_t>(kGroupV4 >> (24 - 8 * i));
+  return g;
+}
+
+void mcast_send(Ud &u, ibv_qp *from, ibv_ah *ah, uint8_t mark) {
+  memset(u.buf.data(), mark, 64);
+  ibv_sge sg = {reinterpret_cast<uintptr_t>(u.buf.data()), 64, u.mr->lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sg;
+  wr.num_sge = 1;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = 0xFFFFFF;
+  wr.wr.ud.remote_qkey = kUdQkey;
+  REQUIRE(ibv_post_send(from, &wr, &bad) == 0);
+}
+
+void mcast_open(Ud &u, const char *dev, int *gidx, ibv_gid *gid) {
+  REQUIRE((u.ctx = open_dev(dev)));
+  *gidx = roce_v2_ipv4_gid(u.ctx, gid);
+  REQUIRE(*gidx >= 0);
+  REQUIRE((u.pd = ibv_alloc_pd(u.ctx)));
+  REQUIRE((u.cq = ibv_create_cq(u.ctx, 256, nullptr, nullptr, 0)));
+  REQUIRE((u.mr = ibv_reg_mr(u.pd, u.buf.data(), u.buf.size(), IBV_ACCESS_LOCAL_WRITE)));
+}
+
+// Two QPs attached to the group each take kMcastCount datagrams from the
+// other host, then one sent from this host by a third QP (local fan-out).
+int case_mcast_recv(const char *dev, const char *ready_file) {
+  Ud u;
+  int gidx;
+  ibv_gid gid, group = group_gid();
+  mcast_open(u, dev, &gidx, &gid);
+  ibv_qp *qp[2] = {ud_qp(u.pd, u.cq), ud_qp(u.pd, u.cq)};
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = u.cq;
+  ia.qp_type = IBV_QPT_UD;
+  ia.cap = {kMcastCount + 8, kMcastCount + 8, 1, 1, 0};
+  union ibv_gid not_mcast = gid;
+  EXPECT(ibv_attach_mcast(qp[0], &not_mcast, 0) == EINVAL);
+  for (int q = 0; q < 2; q++) {
+    REQUIRE(ibv_attach_mcast(qp[q], &group, 0) == 0);
+    for (int i = 0; i < kMcastCount + 1; i++) {
+      ibv_sge sg = {reinterpret_cast<uintptr_t>(u.buf.data() + 4096 + (q * 16 + i) * 128), 128,
+                    u.mr->lkey};
+      ibv_recv_wr r{}, *bad = nullptr;
+      r.wr_id = static_cast<uint64_t>(q) << 8 | i;
+      r.sg_list = &sg;
+      r.num_sge = 1;
+      REQUIRE(ibv_post_recv(qp[q], &r, &bad) == 0);
+    }
+  }
+  FILE *f = fopen(ready_file, "w");
+  REQUIRE(f);
+  fclose(f);
+  int got[2] = {0, 0};
+  for (int n = 0; n < 2 * kMcastCount; n++) {
+    ibv_wc wc{};
+    REQUIRE(poll_one(u.cq, &wc, 60));
+    EXPECT(wc.status == IBV_WC_SUCCESS && wc.byte_len == kGrh + 64 && (wc.wc_flags & IBV_WC_GRH));
+    got[wc.qp_num == qp[1]->qp_num]++;
+  }
+  EXPECT(got[0] == kMcastCount && got[1] == kMcastCount);
+  printf("  both attached QPs got %d datagrams from the other host ok\n", kMcastCount);
+  ibv_qp *sender = ud_qp(u.pd, u.cq);
+  ibv_ah *ah = ud_ah(u.pd, gidx, group);
+  mcast_send(u, sender, ah, 0x77);
+  int recvs = 0, sends = 0;
+  for (int n = 0; n < 3; n++) {
+    ibv_wc wc{};
+    REQUIRE(poll_one(u.cq, &wc, 60));
+    EXPECT(wc.status == IBV_WC_SUCCESS);
+    if (wc.opcode == IBV_WC_RECV) {
+      recvs++;
+      EXPECT(wc.src_qp == sender->qp_num);
+    } else {
+      sends++;
+    }
+  }
+  EXPECT(recvs == 2 && sends == 1);
+  printf("  a datagram sent on this host reached both attached QPs ok\n");
+  for (int q = 0; q < 2; q++) {
+    EXPECT(ibv_detach_mcast(qp[q], &group, 0) == 0);
+    EXPECT(ibv_detach_mcast(qp[q], &group, 0) == EINVAL);
+  }
+  return g_failures ? 1 : 0;
+}
+
+int case_mcast_send(const char *dev) {
+  Ud u;
+  int gidx;
+  ibv_gid gid;
+  mcast_open(u, dev, &gidx, &gid);
+  u.tx = ud_qp(u.pd, u.cq);
+  ibv_ah *ah = ud_ah(u.pd, gidx, group_gid());
+  for (int i = 0; i < kMcastCount; i++) {
+    mcast_send(u, u.tx, ah, static_cast<uint8_t>(i));
+    ibv_wc wc{};
+    REQUIRE(poll_one(u.cq, &wc));
+    EXPECT(wc.status == IBV_WC_SUCCESS);
+  }
+  printf("  sent %d datagrams to the group ok\n", kMcastCount);
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -579,6 +693,8 @@ int main(int argc, char **argv) {
   if (c == "access") return case_access(argv[2]);
   if (c == "fatal" && argc > 3) return case_fatal(argv[2], argv[3]);
   if (c == "ud") return case_ud(argv[2]);
+  if (c == "mcast_recv" && argc > 3) return case_mcast_recv(argv[2], argv[3]);
+  if (c == "mcast_send") return case_mcast_send(argv[2]);
   fprintf(stderr, "usage: verbs_e2e opcodes|access|ud DEV | fatal DEV READY_FILE\n");
   return 2;
 }
