@@ -2,6 +2,7 @@
 // ACKs, NACKs, READ and atomic responses and receive completions
 // (docs/protocol.md §3.7, §3.8, §6.4-§6.9, §8).
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include "tests/conformance/helpers.h"
 
@@ -195,10 +196,21 @@ CONFORM_CASE(nack_rnr_then_retry, Level::kMust, ({"R3.8-4"}),
   const Rx& n = expect_nack(ctx, c, proto::NackReason::kRnr, p.mbth.psn);
   ctx.need(n.p().nack.rnr_timer == 7, "the RNR NACK does not carry min_rnr_timer 7", &n);
   ctx.need(c.qp->post_recv(11, 65536, 256) == 0, "post_recv failed");
+  // As a requester would: resend after each RNR NACK (the posted receive
+  // reaches a hardware DUT through a doorbell, some time after post_recv).
   p.mbth.flags |= proto::kFlagRetransmit;
-  p.mbth.timestamp += 0x100000;
-  ctx.send(p);
-  ctx.expect_ack(c, p.mbth.timestamp, "ACK of the resent SEND");
+  for (double end = now_s() + 20;;) {
+    p.mbth.timestamp += 0x100000;
+    ctx.send(p);
+    const Rx& r = ctx.expect(c, "ACK of the resent SEND", [&](const Rx& x) {
+      return (is_op(x, Opcode::kAck) && x.p().ack.echo_ts == p.mbth.timestamp) ||
+             (is_op(x, Opcode::kNack) && x.p().nack.psn == p.mbth.psn);
+    });
+    if (is_op(r, Opcode::kAck)) break;
+    ctx.need(r.p().nack.reason == proto::NackReason::kRnr && now_s() < end,
+             "the resent SEND was still refused 20 s after the receive was posted", &r);
+    usleep(10000);  // longer than RNR timer 7 (0.12 ms)
+  }
   ibv_wc wc = recv_completion(ctx, c, "receive completion of the SEND");
   need_status(ctx, wc, IBV_WC_SUCCESS, "the SEND's receive");
   ctx.need(wc.wr_id == 11 && wc.byte_len == 100 && wc.opcode == IBV_WC_RECV, "receive completion fields differ");

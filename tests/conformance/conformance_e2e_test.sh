@@ -5,8 +5,9 @@
 #   soft NIC over AF_PACKET, IPv4        every MUST case passes
 #   soft NIC over AF_XDP, IPv6           every MUST case passes
 #   metaroced --violate ...              exactly the cases citing the broken rules fail
-# MROCE_CONFORM_DAEMON_ARGS adds daemon options to every run (e.g.
-# "--backend hw" for the device model). Needs root; skips otherwise.
+# MROCE_CONFORM_DAEMON_ARGS adds daemon options to every run
+# (conformance_hw_e2e_test: "--backend hw --hw-device model", the device
+# model). Needs root; skips otherwise.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}
@@ -24,6 +25,7 @@ if [ "$(id -u)" != 0 ]; then
   echo "SKIP: needs root (namespaces, veth, raw sockets)"; E2E_SKIPPED=1; e2e_finish; exit 0
 fi
 CONFORM=$(find_file tools/conformance/mroce-conform) || exit 1
+[ -n "${MROCE_CONFORM_DAEMON_ARGS:-}" ] && echo "daemon options for every run: $MROCE_CONFORM_DAEMON_ARGS"
 export METAROCE_PROVIDER=$(find_file provider/libmetaroce-rdmav34.so) || exit 1
 export METAROCE_PRELOAD=$(find_file kmod-shim/launcher/libmetaroce-preload.so) || exit 1
 LAUNCHER=$top/kmod-shim/launcher/metaroce-run
@@ -94,7 +96,9 @@ print("broken DUT failed exactly:", " ".join(sorted(failed)))
 PY
 }
 
-e2e_case soft_nic_packet_ipv4 t_soft_nic_packet_ipv4
-e2e_case soft_nic_xdp_ipv6 t_soft_nic_xdp_ipv6
-e2e_case broken_dut_fails_exactly_its_rules t_broken_dut_fails_exactly_its_rules
+# MROCE_CONFORM_RUNS picks runs (default all three).
+runs=" ${MROCE_CONFORM_RUNS:-packet_ipv4 xdp_ipv6 broken_dut} "
+[[ $runs == *" packet_ipv4 "* ]] && e2e_case soft_nic_packet_ipv4 t_soft_nic_packet_ipv4
+[[ $runs == *" xdp_ipv6 "* ]] && e2e_case soft_nic_xdp_ipv6 t_soft_nic_xdp_ipv6
+[[ $runs == *" broken_dut "* ]] && e2e_case broken_dut_fails_exactly_its_rules t_broken_dut_fails_exactly_its_rules
 e2e_finish

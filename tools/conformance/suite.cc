@@ -21,6 +21,11 @@ std::vector<Case>& registry() {
   return cases;
 }
 
+std::vector<PendingSection>& pending_sections() {
+  static std::vector<PendingSection> v;
+  return v;
+}
+
 std::vector<Unobservable>& unobservable() {
   static std::vector<Unobservable> v;
   return v;
