@@ -86,12 +86,23 @@ void fill_qp(struct mroce_qp *qp, struct ibv_pd *pd, const struct ibv_qp_init_at
   qp->sq_sig_all = a->sq_sig_all;
 }
 
+// An enum field's bits. Fields outside attr_mask may hold anything (librdmacm
+// leaves them uninitialized); loading them as the enum type would be
+// undefined behaviour, so they are copied as integers.
+template <class E>
+uint32_t enum_bits(const E &e) {
+  uint32_t v = 0;
+  static_assert(sizeof(E) <= sizeof(v));
+  memcpy(&v, &e, sizeof(E));
+  return v;
+}
+
 void to_mroce_attr(const struct ibv_qp_attr *a, int mask, struct mroce_qp_attr *m) {
   memset(m, 0, sizeof(*m));
   m->attr_mask = static_cast<uint32_t>(mask);
-  m->qp_state = a->qp_state;
-  m->cur_qp_state = a->cur_qp_state;
-  m->path_mtu = a->path_mtu;
+  m->qp_state = enum_bits(a->qp_state);
+  m->cur_qp_state = enum_bits(a->cur_qp_state);
+  m->path_mtu = enum_bits(a->path_mtu);
   m->qp_access_flags = static_cast<uint32_t>(a->qp_access_flags);
   m->rq_psn = a->rq_psn;
   m->sq_psn = a->sq_psn;

@@ -169,7 +169,7 @@ void to_conn_param(const cm::ConnParam& p, rdma_ucm_conn_param* c) {
   c->qp_num = p.qpn;
   c->qkey = p.qkey;
   const size_t n = std::min(p.private_data.size(), sizeof c->private_data);
-  std::memcpy(c->private_data, p.private_data.data(), n);
+  if (n) std::memcpy(c->private_data, p.private_data.data(), n);
   c->private_data_len = static_cast<uint8_t>(n);
   c->srq = p.srq;
   c->responder_resources = p.responder_resources;
