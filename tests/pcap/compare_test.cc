@@ -3,6 +3,9 @@
 // response is named, with its frame number and its rule.
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 
 #include "tests/pcap/conversation.h"
@@ -108,6 +111,8 @@ TEST_CASE("compare__planted_divergence_is_named") {
     CHECK(r.first->dut_packet == at);
     CHECK(std::string(pcapcmp::rule_for(r.first->field).section) == pc.section);
     CHECK(pcapcmp::format_report(r).find(std::string("field:    ") + pc.reported) != std::string::npos);
+    std::string tags = pcapcmp::rule_for(pc.reported).tags;
+    if (!tags.empty()) CHECK(pcapcmp::format_report(r).find("[" + tags + "]") != std::string::npos);
   }
 }
 
@@ -243,6 +248,23 @@ TEST_CASE("compare__capture_that_starts_mid_conversation_is_refused") {
   pcapcmp::Report r;
   CHECK(pcapcmp::compare_capture(cap, o, &r, &why) == EINVAL);
   CHECK_MESSAGE(why.find("start the capture before the QP connects") != std::string::npos, why);
+}
+
+// Every requirement tag pcap-compare cites is one docs/protocol.md has.
+TEST_CASE("rules__every_cited_tag_exists_in_the_spec") {
+  std::ifstream in("docs/protocol.md");
+  REQUIRE(in);
+  std::string spec((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int cited = 0;
+  for (const pcapcmp::Rule& r : pcapcmp::all_rules()) {
+    std::istringstream tags(r.tags);
+    for (std::string t; tags >> t; ++cited) {
+      CAPTURE(t);
+      CHECK(spec.find("[" + t + "]") != std::string::npos);
+    }
+  }
+  CHECK(cited >= 20);
+  CHECK(std::string(pcapcmp::rule_for("ack.sack").tags) == "R3.7-1");
 }
 
 TEST_CASE("compare__refuses_without_a_dut_side") {

@@ -833,8 +833,8 @@ std::string format_report(const Report& r) {
        " (" + d.what + ")";
   if (d.peer_packet) s += ", answering peer packet " + std::to_string(d.peer_packet);
   s += "\n  field:    " + d.field + "\n  expected: " + d.expected + "\n  actual:   " + d.actual +
-       "\n  compared with: " + d.context + "\n  rule:     docs/protocol.md " + rule.section + ": " +
-       rule.text + "\n";
+       "\n  compared with: " + d.context + "\n  rule:     docs/protocol.md " + rule.section +
+       (*rule.tags ? std::string(" [") + rule.tags + "]" : std::string()) + ": " + rule.text + "\n";
   return s;
 }
 

@@ -2,6 +2,7 @@
 // name pcap-compare reports maps to its section and a one-line statement.
 #pragma once
 
+#include <span>
 #include <string_view>
 
 namespace metaroce::pcapcmp {
@@ -10,9 +11,12 @@ struct Rule {
   const char* field;    // "ack.sack", as pcap-compare names it
   const char* section;  // "§3.7, §6.6"
   const char* text;     // what the rule says
+  const char* tags;     // the requirement tags of protocol.md it answers to ("" if none)
 };
 
 // The rule for a field; an entry naming the whole packet for unknown names.
 const Rule& rule_for(std::string_view field);
+// Every rule (for the test that checks each tag exists in protocol.md).
+std::span<const Rule> all_rules();
 
 }  // namespace metaroce::pcapcmp
