@@ -769,3 +769,23 @@ TEST_CASE("responder__trimmed_request_without_the_trim_dscp_configured_is_a_pars
   CHECK(t.b.port.log.size() == before);
 }
 }  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+// A trimmed frame carries no ICRC, so it is trusted for nothing but naming
+// a PSN of the sender's QP: one from a third address is a counted drop,
+// answered with nothing (docs/engine.md §Trust).
+TEST_CASE("responder__trimmed_request_from_another_address_is_dropped") {
+  Bench t(1, trimming());
+  t.connect_pair();
+  SendWr w = t.a.wr(WrOpcode::kRdmaWrite, 1, 0, 1024);
+  w.remote_addr = t.b.base();
+  w.rkey = t.b.mr.rkey;
+  REQUIRE(t.a.post_send(w) == 0);
+  t.a.engine->pump();
+  Node forger(t.clock, 0x0A0000FE, 9);
+  const size_t before = t.b.port.log.size();
+  t.b.engine->on_frame(trimmed_copy(forger, t.b, t.a.port.raw[0], 1024));
+  CHECK(t.b.engine->counters().rx_drop_wrong_source == 1);
+  CHECK(t.b.port.log.size() == before);
+}
+}  // namespace metaroce::fw::test

@@ -44,6 +44,10 @@ def presets(hosts):
                   ["alltoall", "--hosts", h, "--loss-link", "0", "--loss", "0.01"] + room))
     goals.append((f"incast64-metaroce-txroom64", ["incast", "--hosts", h, "--senders",
                                                   str(min(64, hosts - 1))] + room))
+    # Trimming switches (docs/protocol.md §3.8), with either NIC.
+    trim = ["incast", "--hosts", h, "--senders", str(min(64, hosts - 1)), "--trim", "on"]
+    goals.append(("incast64-metaroce-trim", trim))
+    goals.append(("incast64-metaroce-trim-txroom64", trim + room))
     scale = []
     for n in (16, 32, 128):
         hpl = str(min(16, n // 2))
