@@ -232,6 +232,7 @@ int run(const Options& o) {
   cfg.engine.link_bps = static_cast<uint64_t>(o.link_gbps) * 1'000'000'000;
   cfg.limits.max_qp = o.max_qp_per_client;
   cfg.user_limits.max_qp = o.uid_max_qp;
+  cfg.user_limits.max_srq = o.uid_max_srq;
   cfg.user_limits.max_cq = o.uid_max_cq;
   cfg.user_limits.max_pd = o.uid_max_pd;
   cfg.user_limits.max_mr = o.uid_max_mr;

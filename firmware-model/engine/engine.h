@@ -66,6 +66,10 @@ struct Counters {
   uint64_t rx_drop_read_queue_full = 0;    // READ_REQ while the responder's READ queue is full
   uint64_t rx_held_unordered = 0;  // READ/atomic ahead of a hole, held and run in PSN order
   uint64_t spurious_timeouts = 0;  // RTOs whose first ACK echoed a packet sent before them (undone)
+  // srq: shared receive queues (docs/engine.md §Shared receive queues)
+  uint64_t srq_limit_events = 0;   // SRQ fell below its armed limit (IBV_EVENT_SRQ_LIMIT_REACHED)
+  uint64_t rx_rnr_srq_empty = 0;   // RNR: the QP's SRQ had no receive for the message
+  uint64_t rx_rnr_srq_window = 0;  // RNR: MSN beyond the QP's window of SRQ receives
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).
@@ -111,6 +115,22 @@ class Engine {
   // Tear down everything `owner` created (its process exited). Its QPs'
   // peers see errors through the normal retry path.
   void destroy_owner(OwnerId owner);
+
+  // ---- shared receive queues (docs/engine.md §Shared receive queues) ----
+  // Errors are errnos; *why (if given) names the broken rule for EINVAL
+  // and EBUSY. An SRQ is attached with QpInitAttr::srqn at create_qp.
+  int create_srq(OwnerId owner, uint32_t pdn, const SrqAttr& want, uint32_t* srqn,
+                 SrqAttr* actual, const char** why = nullptr);
+  int modify_srq(OwnerId owner, uint32_t srqn, const SrqAttr& attr, uint32_t mask,
+                 const char** why = nullptr);
+  // taken: WQEs consumed by messages so far (free-running), the NIC's
+  // consumer index of the SRQ's ring.
+  int query_srq(OwnerId owner, uint32_t srqn, SrqAttr* attr, uint32_t* taken = nullptr) const;
+  // EBUSY while QPs are attached.
+  int destroy_srq(OwnerId owner, uint32_t srqn, const char** why = nullptr);
+  // 0, EINVAL (num_sge above max_sge), ENOMEM (max_wr receives posted and
+  // not yet taken by a message).
+  int post_srq_recv(OwnerId owner, uint32_t srqn, const RecvWr& wr);
 
   // ---- doorbells (data path) ----
   int post_send(OwnerId owner, uint32_t qpn, const SendWr& wr);

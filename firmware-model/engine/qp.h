@@ -16,6 +16,7 @@
 #include "firmware-model/engine/engine.h"
 #include "firmware-model/engine/objects.h"
 #include "firmware-model/engine/reliability.h"
+#include "firmware-model/engine/srq.h"
 #include "firmware-model/engine/types.h"
 #include "proto/packet.h"
 
@@ -209,6 +210,9 @@ struct Qp {
   bool sq_drained_reported = false;
 
   // ---- responder ----
+  // The SRQ the QP takes receives from (srq.h), or null: then `rq` is a
+  // window of receives it took, filled by srq::refill.
+  Srq* srq = nullptr;
   RecvWindow rw;
   std::vector<RecvWqe> rq;
   uint32_t rq_mask = 0;

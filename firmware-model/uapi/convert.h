@@ -86,7 +86,11 @@ struct NamedCounter {
   X(rx_drop_read_queue_full)     \
   X(rx_drop_owner_gone)          \
   X(rx_held_unordered)           \
-  X(spurious_timeouts)
+  X(spurious_timeouts)           \
+  /* srq: shared receive queues */ \
+  X(srq_limit_events)            \
+  X(rx_rnr_srq_empty)            \
+  X(rx_rnr_srq_window)
 
 #define MROCE_X(name) +1
 inline constexpr size_t kEngineCounters = 0 MROCE_ENGINE_COUNTERS(MROCE_X);

@@ -54,6 +54,11 @@ enum mroce_op {
   MROCE_OP_QUERY_COUNTERS = 14, /* device (qpn = 0xffffffff) or one QP */
   MROCE_OP_LIST_QPS = 15,
   MROCE_OP_QUERY_QP_TRANSPORT = 16, /* mroce_handle_req (handle = qpn); no context needed */
+  /* 20-23: address handles and multicast (ud) */
+  MROCE_OP_CREATE_SRQ = 24,   /* reply carries 1 fd: the SRQ's receive ring memfd */
+  MROCE_OP_MODIFY_SRQ = 25,
+  MROCE_OP_QUERY_SRQ = 26,    /* mroce_handle_req (handle = srqn) */
+  MROCE_OP_DESTROY_SRQ = 27,  /* mroce_handle_req (handle = srqn) */
 };
 
 struct mroce_msg_hdr {
@@ -84,7 +89,7 @@ struct mroce_device_attr {
   uint32_t max_qp, max_qp_wr, max_sge, max_cq, max_cqe, max_mr, max_pd;
   uint32_t max_qp_rd_atom, max_inline, max_msg_size;
   uint32_t vendor_id, vendor_part_id, hw_ver;
-  uint32_t reserved;
+  uint32_t max_srq;     /* 0: no shared receive queues; they hold max_qp_wr WQEs of max_sge */
   char fw_ver[32];
 };
 MROCE_STATIC_ASSERT(sizeof(struct mroce_device_attr) == 104, "device_attr");
@@ -150,7 +155,7 @@ struct mroce_create_qp_req {
   uint32_t sq_sig_all;
   struct mroce_qp_cap cap;
   uint32_t qp_type;     /* IBV_QPT_RC only in v1 */
-  uint32_t reserved;
+  uint32_t srqn;        /* 0, or the SRQ its receives come from (cap.max_recv_* ignored) */
 };
 struct mroce_create_qp_resp {
   uint32_t qpn;
@@ -160,6 +165,34 @@ struct mroce_create_qp_resp {
   uint64_t ring_bytes;           /* memfd size: SQ ring then RQ ring */
   uint64_t rq_offset;            /* byte offset of the RQ ring header */
 };
+
+/* Shared receive queues (docs/device-abi.md §2.4). The SRQ's ring holds
+ * struct mroce_recv_wqe entries produced by ibv_post_srq_recv; the NIC
+ * publishes as its consumer index the number of WQEs *taken by messages*
+ * (not merely read), so the application's `producer - consumer <
+ * entries` check is exactly the SRQ's max_wr bound. */
+struct mroce_srq_attr {
+  uint32_t max_wr, max_sge, srq_limit;
+  uint32_t reserved;
+};
+struct mroce_create_srq_req {
+  uint64_t user_handle; /* struct ibv_srq *: element of SRQ async events */
+  uint32_t pdn;
+  uint32_t reserved;
+  struct mroce_srq_attr attr;
+};
+struct mroce_create_srq_resp {
+  uint32_t srqn;
+  uint32_t entries;     /* ring entries: the actual max_wr, a power of two */
+  uint64_t ring_bytes;  /* memfd size: the ring header at offset 0 */
+  struct mroce_srq_attr attr; /* actual */
+};
+struct mroce_modify_srq_req {
+  uint32_t srqn;
+  uint32_t attr_mask;   /* ibv_srq_attr_mask: IBV_SRQ_LIMIT only (resizing is refused) */
+  struct mroce_srq_attr attr;
+};
+/* QUERY_SRQ replies with struct mroce_srq_attr. */
 
 /* ibv_qp_attr subset, with GIDs as 16 raw bytes. */
 struct mroce_qp_attr {
