@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# End-to-end: shared receive queues and UC QPs with stock tools
+# (ibv_srq_pingpong, ibv_uc_pingpong, perftest --use_srq / -c UC) between
+# two namespaces (tests/lib/netns.sh), over the I/O path MROCE_E2E_IO
+# names (default AF_XDP where available). Needs root; skips otherwise.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}
+top=${top:-$(cd "$here/../.." && pwd)}
+source "$top/tests/lib/e2e.sh"
+source "$top/tests/lib/stock_tools.sh"
+source "$top/tests/lib/netns.sh"
+if [ "$(id -u)" != 0 ] || ! command -v ibv_srq_pingpong >/dev/null; then
+  echo "SKIP: needs root and ibverbs-utils/perftest"; E2E_SKIPPED=1; e2e_finish; exit 0
+fi
+trap 'mroce_net_down >/dev/null 2>&1' EXIT
+mroce_net_up ${MROCE_E2E_IO:+--io $MROCE_E2E_IO} || { echo "mroce_net_up failed"; E2E_FAILED=1; e2e_finish; exit 1; }
+GID_A=$(gid_index in_a "$MROCE_DEV_A" "$MROCE_IP_A")
+GID_B=$(gid_index in_b "$MROCE_DEV_B" "$MROCE_IP_B")
+echo "GID index A=$GID_A B=$GID_B"
+
+# A device counter of daemon a or b (metaroce-ctl stat), 0 when absent.
+counter() {  # a|b name
+  local ctl in dev sysfs
+  ctl=$(mroce_find_bin metaroce-ctl tools/metaroce-ctl) || e2e_fail "metaroce-ctl not built"
+  if [ "$1" = a ]; then in=mroce_in_a dev=$MROCE_DEV_A sysfs=$MROCE_SYSFS_A
+  else in=mroce_in_b dev=$MROCE_DEV_B sysfs=$MROCE_SYSFS_B; fi
+  "$in" "$ctl" --sysfs-root "$sysfs" stat "$dev" 2>/dev/null |
+    awk -v n="$2" '$1 == n || $1 == n":" {print $2; found=1; exit} END {if (!found) print 0}'
+}
+
+t_srq_pingpong() {
+  local s
+  for s in 64 4096; do
+    pair "srq_pingpong_$s" "in_a ibv_srq_pingpong -d $MROCE_DEV_A -g $GID_A -s $s -n 200" \
+         "in_b ibv_srq_pingpong -d $MROCE_DEV_B -g $GID_B -s $s -n 200"
+    grep -E "bytes in" "$E2E_RUN_DIR/srq_pingpong_$s.client.log"
+  done
+}
+t_send_bw_srq() { perf ib_send_bw -s 65536 -n 500 --use-srq; }
+t_send_lat_srq() { perf ib_send_lat -n 500 --use-srq; }
+
+e2e_case srq_pingpong t_srq_pingpong
+e2e_case ib_send_bw_use_srq t_send_bw_srq
+e2e_case ib_send_lat_use_srq t_send_lat_srq
+e2e_finish
