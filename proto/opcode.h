@@ -84,7 +84,7 @@ struct OpcodeInfo {
 };
 
 namespace detail {
-constexpr std::array<OpcodeInfo, 20> make_table(std::array<OpcodeInfo, 20> t) {
+constexpr std::array<OpcodeInfo, 24> make_table(std::array<OpcodeInfo, 24> t) {
   for (auto& row : t) {
     row.header_len = kMbthLen;
     for (Ext e : row.exts) row.header_len += ext_info(e).length;
@@ -94,7 +94,7 @@ constexpr std::array<OpcodeInfo, 20> make_table(std::array<OpcodeInfo, 20> t) {
 }  // namespace detail
 
 // THE opcode table. One row per opcode; see the checklist at the top.
-inline constexpr std::array<OpcodeInfo, 20> kOpcodeTable = detail::make_table({{
+inline constexpr std::array<OpcodeInfo, 24> kOpcodeTable = detail::make_table({{
     // opcode                  name                kind               payload exts
     {Opcode::kSend,           "SEND",             OpKind::kRequest,  true,  {Ext::kSeth, Ext::kNone}},
     {Opcode::kSendImm,        "SEND_IMM",         OpKind::kRequest,  true,  {Ext::kSeth, Ext::kImm}},
@@ -117,6 +117,11 @@ inline constexpr std::array<OpcodeInfo, 20> kOpcodeTable = detail::make_table({{
     {Opcode::kCmRtu,          "CM_RTU",           OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 224},
     {Opcode::kCmDreq,         "CM_DREQ",          OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 220},
     {Opcode::kCmDrep,         "CM_DREP",          OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 224},
+    // Unreliable connected service (§14): RC's request layouts, no responses.
+    {Opcode::kUcSend,         "UC_SEND",          OpKind::kRequest,  true,  {Ext::kSeth, Ext::kNone}},
+    {Opcode::kUcSendImm,      "UC_SEND_IMM",      OpKind::kRequest,  true,  {Ext::kSeth, Ext::kImm}},
+    {Opcode::kUcWrite,        "UC_RDMA_WRITE",    OpKind::kRequest,  true,  {Ext::kReth, Ext::kNone}},
+    {Opcode::kUcWriteImm,     "UC_RDMA_WRITE_IMM", OpKind::kRequest, true,  {Ext::kReth, Ext::kImm}},
 }});
 
 // The table row for a raw opcode byte, or nullptr if it is not in the table.

@@ -1,4 +1,4 @@
-// Queue pairs (RC only): control verbs over the socket, post_send and
+// Queue pairs (RC and UC, optionally on an SRQ): control verbs over the socket, post_send and
 // post_recv into the shared SQ/RQ rings.
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,7 +37,7 @@ int map_qp(struct mroce_qp *qp, int memfd, const struct mroce_create_qp_resp *r)
 }
 
 int check_init_attr(struct mroce_context *ctx, const struct ibv_qp_init_attr *a) {
-  if (a->qp_type != IBV_QPT_RC) return EOPNOTSUPP;
+  if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC) return EOPNOTSUPP;
   if (!a->send_cq || !a->recv_cq) return EINVAL;
   const struct ibv_qp_cap &c = a->cap;
   if (c.max_send_sge > ctx->dev_attr.max_sge || c.max_recv_sge > ctx->dev_attr.max_sge ||
@@ -77,7 +77,7 @@ void fill_qp(struct mroce_qp *qp, struct ibv_pd *pd, const struct ibv_qp_init_at
   q->handle = r->qpn;
   q->qp_num = r->qpn;
   q->state = IBV_QPS_RESET;
-  q->qp_type = IBV_QPT_RC;
+  q->qp_type = a->qp_type;
   q->srq = a->srq;
   qp->qpn = r->qpn;
   qp->cap = r->cap;
@@ -182,6 +182,9 @@ int build_inline(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce
 }
 
 int build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
+  // UC carries SEND and WRITE (with or without immediate) only.
+  bool uc = qp->vqp.qp.qp_type == IBV_QPT_UC;
+  if (uc && (wr->opcode == IBV_WR_RDMA_READ || is_atomic(wr->opcode))) return EINVAL;
   if (!opcode_supported(wr->opcode) || wr->num_sge < 0 ||
       static_cast<uint32_t>(wr->num_sge) > qp->sq.max_sge)
     return EINVAL;
@@ -278,7 +281,7 @@ struct ibv_qp *mroce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
   req.sq_sig_all = attr->sq_sig_all ? 1 : 0;
   req.cap = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
              attr->cap.max_recv_sge, attr->cap.max_inline_data};
-  req.qp_type = IBV_QPT_RC;
+  req.qp_type = attr->qp_type;
   req.srqn = attr->srq ? to_mroce_srq(attr->srq)->srqn : 0;
   struct mroce_create_qp_resp resp;
   int memfd = -1;
@@ -353,7 +356,7 @@ int mroce_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
   init_attr->recv_cq = ibqp->recv_cq;
   init_attr->srq = ibqp->srq;
   init_attr->cap = attr->cap;
-  init_attr->qp_type = IBV_QPT_RC;
+  init_attr->qp_type = ibqp->qp_type;
   init_attr->sq_sig_all = static_cast<int>(qp->sq_sig_all);
   (void)attr_mask;  // everything is reported; libibverbs reads what it asked for
   return 0;

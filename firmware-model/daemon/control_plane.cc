@@ -434,8 +434,8 @@ int ControlPlane::op_create_qp(Client& c, const Request& r, Reply* out) {
   int err = check_limits(c, "QP", c.qps.size(), config_.limits.max_qp, &UserUsage::qps,
                          &UserLimits::max_qp, out);
   if (err) return err;
-  if (req.qp_type != 2 /* IBV_QPT_RC */) {
-    out->reason = "only RC QPs are supported";
+  if (req.qp_type != 2 /* IBV_QPT_RC */ && req.qp_type != 3 /* IBV_QPT_UC */) {
+    out->reason = "only RC and UC QPs are supported";
     return EOPNOTSUPP;
   }
   if (!c.cqs.count(req.send_cqn) || !c.cqs.count(req.recv_cqn)) {
@@ -450,6 +450,7 @@ int ControlPlane::op_create_qp(Client& c, const Request& r, Reply* out) {
   init.cap = to_fw(req.cap);
   init.sq_sig_all = req.sq_sig_all != 0;
   init.srqn = req.srqn;
+  init.type = static_cast<fw::QpType>(req.qp_type);
   uint32_t qpn = 0;
   fw::QpCap cap;
   err = backend_.create_qp(c.id, init, &qpn, &cap);

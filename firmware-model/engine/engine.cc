@@ -125,6 +125,7 @@ void Core::placement_failed(Qp& qp) {
     qp.placed_recvs.clear();
     bump(&qp, &Counters::rx_drop_owner_gone);
   }
+  if (qp.placed && qp.type == QpType::kUc) uc::placement_failed(*this, qp);  // no NACK in UC
   if (qp.placed) responder::placement_failed(*this, qp);  // NACK, QP to ERR
   if (rd) completer::fail(*this, qp, seq, WcStatus::kLocAccessErr);
 }
@@ -316,6 +317,7 @@ struct Engine::Impl {
     qp.has_fatal_nack = qp.fatal_read = false;
     qp.placed = qp.rd_placed = false;
     qp.placed_recvs.clear();
+    qp.uc = UcReceive{};
     core.forget(qp);
   }
 
@@ -374,11 +376,13 @@ struct Engine::Impl {
         if (from == QpState::kInit) {
           qp.mtu = effective_mtu(qp.attr.path_mtu, core.config().port.link_mtu);
           qp.rw.reset(qp.attr.rq_psn);
+          qp.uc.next_psn = qp.attr.rq_psn;
           make_cc(qp);
         }
         break;
       case QpState::kRts:
         if (from == QpState::kRtr) qp.sb.reset(qp.attr.sq_psn);
+        if (from == QpState::kRtr) qp.uc.send_psn = qp.attr.sq_psn;
         break;
       case QpState::kSqd:
         if (from != QpState::kSqd) qp.sq_drained_reported = false;
@@ -449,7 +453,9 @@ struct Engine::Impl {
       progress = false;
       for (size_t i = 0; i < act.size();) {
         Qp& qp = *act[i];
-        uint32_t n = requester::run(core, qp, kPumpBudget) + responder::run(core, qp, kPumpBudget);
+        uint32_t n = qp.type == QpType::kUc ? uc::run(core, qp, kPumpBudget)
+                                            : requester::run(core, qp, kPumpBudget) +
+                                                  responder::run(core, qp, kPumpBudget);
         if (n) {
           progress = true;
           ++i;
@@ -569,6 +575,7 @@ int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCa
   Srq* srq = nullptr;
   if (init.srqn)
     if (int e = m.owned_srq(owner, init.srqn, &srq)) return e;
+  if (init.type != QpType::kRc && init.type != QpType::kUc) return EINVAL;
   const DeviceCaps& c = caps();
   QpCap cap = init.cap;
   if (srq) cap.max_recv_wr = cap.max_recv_sge = 0;  // IB: ignored with an SRQ
@@ -591,13 +598,15 @@ int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCa
   qp->init.cap = cap;
   qp->attr.cap = cap;
   qp->srq = srq;
+  qp->type = init.type;
   qp->sq.resize(pow2_at_least(std::max<uint32_t>(1, cap.max_send_wr)));
   qp->sq_mask = static_cast<uint32_t>(qp->sq.size() - 1);
   // With an SRQ the ring is the window of receives taken from it (srq.h).
   qp->rq.resize(srq ? srq->attr.max_wr : pow2_at_least(std::max<uint32_t>(1, cap.max_recv_wr)));
   qp->rq_mask = static_cast<uint32_t>(qp->rq.size() - 1);
-  qp->paths = make_path_selector(std::max<uint32_t>(1, m.core.config().num_paths),
-                                 m.core.hal().random.next());
+  // UC uses one path: another could reorder its packets, which is loss to UC.
+  uint32_t paths = init.type == QpType::kUc ? 1 : m.core.config().num_paths;
+  qp->paths = make_path_selector(std::max<uint32_t>(1, paths), m.core.hal().random.next());
   if (int e = m.make_cc(*qp)) return e;
   m.reset_transport(*qp);
   ++pd->refs;
@@ -617,7 +626,8 @@ int Engine::modify_qp(OwnerId owner, uint32_t qpn, const QpAttr& attr, uint32_t 
   if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
   QpState next;
   uint32_t gids = static_cast<uint32_t>(port().gids.size());
-  if (int e = check_modify(qp->state, attr, attr_mask, caps(), gids, &next, nullptr)) return e;
+  if (int e = check_modify(qp->state, attr, attr_mask, caps(), gids, &next, nullptr, qp->type))
+    return e;
   QpState from = qp->state;
   impl_->apply(*qp, attr, attr_mask);
   impl_->enter(*qp, from, next);
@@ -743,6 +753,7 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
     return EINVAL;
   if (!inl && (wr.num_sge > qp->init.cap.max_send_sge || !wr.inline_data.empty())) return EINVAL;
   if (atomic && (wr.num_sge != 1 || wr.sg[0].length != 8)) return EINVAL;
+  if (qp->type == QpType::kUc && (atomic || wr.opcode == WrOpcode::kRdmaRead)) return EINVAL;
   if (qp->state == QpState::kErr) return impl_->flush_at_once(*qp, wr.wr_id, true);
   if (qp->sq_tail - qp->sq_head >= qp->init.cap.max_send_wr) return ENOMEM;
   SendWqe& w = qp->sqe(qp->sq_tail);
@@ -845,6 +856,16 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
   }
   qp->counters.rx_packets++;
   qp->counters.rx_bytes += frame.size();
+  if (is_uc(p.mbth.opcode) != (qp->type == QpType::kUc)) {  // the other service's packet
+    c.bump(qp, &Counters::rx_drop_wrong_service);
+    return;
+  }
+  if (qp->type == QpType::kUc) {
+    uc::on_request(c, *qp, f);
+    m.pump();
+    m.settle();
+    return;
+  }
   switch (p.mbth.opcode) {
     case proto::Opcode::kSend:
     case proto::Opcode::kSendImm:

@@ -70,6 +70,15 @@ struct Counters {
   uint64_t srq_limit_events = 0;   // SRQ fell below its armed limit (IBV_EVENT_SRQ_LIMIT_REACHED)
   uint64_t rx_rnr_srq_empty = 0;   // RNR: the QP's SRQ had no receive for the message
   uint64_t rx_rnr_srq_window = 0;  // RNR: MSN beyond the QP's window of SRQ receives
+  // srq: unreliable connected service (docs/engine.md §Unreliable connected)
+  uint64_t rx_drop_wrong_service = 0;   // an RC opcode on a UC QP, a UC one on an RC QP, or a response on UC
+  uint64_t rx_drop_uc_stale = 0;        // UC packet older than the PSN expected (reordered, duplicated)
+  uint64_t rx_drop_uc_psn_gap = 0;      // UC PSN gap: packets lost, the message in progress dropped
+  uint64_t rx_drop_uc_mid_message = 0;  // UC packet of a message whose start was lost or refused
+  uint64_t rx_drop_uc_no_recv = 0;      // UC SEND/WRITE_IMM with no receive posted (no RNR in UC)
+  uint64_t rx_drop_uc_access = 0;       // UC WRITE whose rkey, range or access fails
+  uint64_t rx_drop_uc_too_long = 0;     // UC SEND longer than its receive (it completes kLocLenErr)
+  uint64_t rx_drop_uc_malformed = 0;    // UC packet not continuing its message (opcode, length, offset)
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).

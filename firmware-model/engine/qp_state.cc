@@ -83,10 +83,16 @@ const char* check_values(const QpAttr& a, uint32_t mask, const DeviceCaps& caps,
 Transition rc_transition(QpState cur, QpState next) { return table_entry(cur, next); }
 
 int check_modify(QpState cur, const QpAttr& attr, uint32_t mask, const DeviceCaps& caps,
-                 uint32_t num_gids, QpState* next, const char** why) {
+                 uint32_t num_gids, QpState* next, const char** why, QpType type) {
   const char* reason = nullptr;
   QpState to = (mask & kAttrState) ? attr.qp_state : cur;
   Transition t = table_entry(cur, to);
+  if (type == QpType::kUc) {
+    constexpr uint32_t kRcOnly = kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMinRnrTimer |
+                                 kAttrMaxQpRdAtomic | kAttrMaxDestRdAtomic;
+    t.required &= ~kRcOnly;
+    t.optional &= ~kRcOnly;
+  }
   uint32_t extra = mask & ~(kAttrState | kAttrCurState | t.required | t.optional);
   if (static_cast<unsigned>(to) > 6) reason = "unknown qp_state";
   else if ((mask & kAttrCurState) && attr.cur_qp_state != cur) reason = "cur_qp_state mismatch";

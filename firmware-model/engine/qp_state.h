@@ -24,8 +24,12 @@ Transition rc_transition(QpState cur, QpState next);
 // Decides the next state of a modify_qp call and checks the mask against the
 // table and the attribute values against their ranges. Returns 0 or EINVAL.
 // `why` (may be null) receives a static explanation for the daemon's log.
+// A UC QP (type kUc) has the same table without the attributes of
+// reliability and responder resources (timeout, retry_cnt, rnr_retry,
+// min_rnr_timer, max_rd_atomic, max_dest_rd_atomic), as ib_modify_qp_is_ok.
 int check_modify(QpState cur, const QpAttr& attr, uint32_t mask, const DeviceCaps& caps,
-                 uint32_t num_gids, QpState* next, const char** why);
+                 uint32_t num_gids, QpState* next, const char** why,
+                 QpType type = QpType::kRc);
 
 // Payload bytes per packet for a path MTU over a link with IP MTU link_mtu:
 // the largest IB MTU (256..4096) <= path_mtu that fits the link after

@@ -194,6 +194,8 @@ State check_resources(Core& c, Qp& qp, Req& r) {
   return State::kCheckRkey;
 }
 
+}  // namespace
+
 bool recv_keys_ok(Core& c, const Qp& qp, const RecvWqe& rw) {
   for (uint32_t i = 0; i < rw.wr.num_sge; ++i) {
     const Sge& s = rw.wr.sg[i];
@@ -205,6 +207,8 @@ bool recv_keys_ok(Core& c, const Qp& qp, const RecvWqe& rw) {
   }
   return true;
 }
+
+namespace {
 
 // Binds the message's MSN to the MSN-th posted receive (docs/engine.md
 // §Message numbering): out-of-order packets of different messages land in

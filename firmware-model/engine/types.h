@@ -25,6 +25,8 @@ using OwnerId = uint32_t;
 inline constexpr uint32_t kMaxSge = 16;
 inline constexpr uint32_t kMaxInline = 256;
 
+enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4 };  // ibv_qp_type
+
 enum class QpState : uint8_t { kReset = 0, kInit = 1, kRtr = 2, kRts = 3, kSqd = 4, kSqe = 5, kErr = 6 };
 
 enum AccessFlag : uint32_t {  // ibv_access_flags
@@ -172,6 +174,7 @@ struct QpInitAttr {
   // A shared receive queue (docs/engine.md §Shared receive queues): 0 none.
   // With one, cap.max_recv_wr/max_recv_sge are ignored (reported 0).
   uint32_t srqn = 0;
+  QpType type = QpType::kRc;  // kRc or kUc (docs/engine.md §Unreliable connected)
 };
 
 // ibv_srq_attr and ibv_srq_attr_mask.

@@ -154,7 +154,7 @@ struct mroce_create_qp_req {
   uint32_t pdn, send_cqn, recv_cqn;
   uint32_t sq_sig_all;
   struct mroce_qp_cap cap;
-  uint32_t qp_type;     /* IBV_QPT_RC only in v1 */
+  uint32_t qp_type;     /* IBV_QPT_RC or IBV_QPT_UC */
   uint32_t srqn;        /* 0, or the SRQ its receives come from (cap.max_recv_* ignored) */
 };
 struct mroce_create_qp_resp {

@@ -37,10 +37,29 @@ t_srq_pingpong() {
     grep -E "bytes in" "$E2E_RUN_DIR/srq_pingpong_$s.client.log"
   done
 }
-t_send_bw_srq() { perf ib_send_bw -s 65536 -n 500 --use-srq; }
-t_send_lat_srq() { perf ib_send_lat -n 500 --use-srq; }
+# perftest says what it ran; a case passes only if it ran that.
+ran() {  # tool pattern
+  grep -q "$2" "$E2E_RUN_DIR/$1.client.log" || e2e_fail "$1 did not run with '$2'"
+}
+t_send_bw_srq() { perf ib_send_bw -s 65536 -n 500 --use-srq; ran ib_send_bw "Using SRQ *: ON"; }
+t_send_lat_srq() { perf ib_send_lat -n 500 --use-srq; ran ib_send_lat "Using SRQ *: ON"; }
+t_uc_pingpong() {
+  local s
+  for s in 64 4096; do
+    pair "uc_pingpong_$s" "in_a ibv_uc_pingpong -d $MROCE_DEV_A -g $GID_A -s $s -n 200" \
+         "in_b ibv_uc_pingpong -d $MROCE_DEV_B -g $GID_B -s $s -n 200"
+    grep -E "bytes in" "$E2E_RUN_DIR/uc_pingpong_$s.client.log"
+  done
+}
+t_send_bw_uc() { perf ib_send_bw -c UC -s 4096 -n 500; ran ib_send_bw "Connection type : UC"; }
+t_send_lat_uc() { perf ib_send_lat -c UC -n 500; ran ib_send_lat "Connection type : UC"; }
+t_write_bw_uc() { perf ib_write_bw -c UC -s 65536 -n 500; ran ib_write_bw "Connection type : UC"; }
 
 e2e_case srq_pingpong t_srq_pingpong
 e2e_case ib_send_bw_use_srq t_send_bw_srq
 e2e_case ib_send_lat_use_srq t_send_lat_srq
+e2e_case uc_pingpong t_uc_pingpong
+e2e_case ib_send_bw_uc t_send_bw_uc
+e2e_case ib_send_lat_uc t_send_lat_uc
+e2e_case ib_write_bw_uc t_write_bw_uc
 e2e_finish
