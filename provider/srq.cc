@@ -1,5 +1,5 @@
 // Shared receive queues: control verbs over the socket, ibv_post_srq_recv
-// into the SRQ's shared ring (docs/device-abi.md §2.4). The NIC's consumer
+// into the SRQ's shared ring (docs/device-abi.md §2.7). The NIC's consumer
 // index counts WQEs taken by messages, so a full ring is exactly max_wr
 // outstanding receives: posting beyond it is ENOMEM, with the reason.
 #include <errno.h>

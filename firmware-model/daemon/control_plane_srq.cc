@@ -1,5 +1,5 @@
 // The control plane's shared-receive-queue operations (docs/device-abi.md
-// §2.4): CREATE/MODIFY/QUERY/DESTROY_SRQ through the transport backend, the
+// §2.7): CREATE/MODIFY/QUERY/DESTROY_SRQ through the transport backend, the
 // SRQ's ring from the queue pump, limits per client and per user.
 #include <cerrno>
 #include <string>

@@ -1,7 +1,7 @@
 // The queue pump's shared receive queues: each SRQ's ring drained into the
 // backend like an RQ (one ring implementation, one WQE conversion), with
 // the NIC's consumer index = WQEs taken by messages (metaroce_abi.h,
-// docs/device-abi.md §2.4), so the application's full check is max_wr.
+// docs/device-abi.md §2.7), so the application's full check is max_wr.
 #include <cerrno>
 #include <cstring>
 

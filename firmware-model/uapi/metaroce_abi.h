@@ -166,7 +166,7 @@ struct mroce_create_qp_resp {
   uint64_t rq_offset;            /* byte offset of the RQ ring header */
 };
 
-/* Shared receive queues (docs/device-abi.md §2.4). The SRQ's ring holds
+/* Shared receive queues (docs/device-abi.md §2.7). The SRQ's ring holds
  * struct mroce_recv_wqe entries produced by ibv_post_srq_recv; the NIC
  * publishes as its consumer index the number of WQEs *taken by messages*
  * (not merely read), so the application's `producer - consumer <
