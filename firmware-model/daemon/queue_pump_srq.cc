@@ -44,17 +44,24 @@ int QueuePump::poll_srqs() {
   return work;
 }
 
-// Publishes how many WQEs messages took (plus those refused), then copies
-// what the application posted since into the backend. A producer more than
-// a ring ahead of that is garbage: the SRQ is in error (IBV_EVENT_SRQ_ERR)
-// and its ring no longer read.
+// Copies what the application posted since into the backend, then
+// publishes how many WQEs messages took (plus those refused) as the ring's
+// consumer index. A producer more than a ring ahead of that, or behind what
+// was read, is garbage: the SRQ is in error (IBV_EVENT_SRQ_ERR) and its
+// ring no longer read.
 int QueuePump::drain_srq(uint32_t srqn, SrqState& s) {
   if (s.broken) return 0;
+  int n = read_srq(srqn, s);
   uint32_t taken = 0;
-  if (backend_->query_srq(s.owner, srqn, nullptr, &taken) == 0 && taken + s.refused != s.freed) {
+  if (!s.broken && backend_->query_srq(s.owner, srqn, nullptr, &taken) == 0 &&
+      taken + s.refused != s.freed) {
     s.freed = taken + s.refused;
     s.ring.store_consumer(s.freed);
   }
+  return n;
+}
+
+int QueuePump::read_srq(uint32_t srqn, SrqState& s) {
   uint32_t prod = s.ring.load_producer();
   if (prod == s.read) return 0;
   if (prod - s.freed > s.ring.entries() || s.read - s.freed > prod - s.freed) {

@@ -85,8 +85,12 @@ int post(Srq& s, const RecvWr& wr) {
 void refill(Core& c, Qp& qp, uint32_t msn) {
   Srq& s = *qp.srq;
   bool took = false;
-  // The window is the QP's receive ring: a receive is taken only for an
+  // The window is the QP's receive ring: receives are taken only for an
   // MSN within it, so a peer's far-ahead MSN takes nothing.
+  if (msn - qp.rq_head >= qp.rq.size()) {
+    c.bump(&qp, &Counters::rx_rnr_srq_window);
+    return;
+  }
   while (!proto::seq_lt(msn, qp.rq_tail) && qp.rq_tail - qp.rq_head < qp.rq.size() &&
          s.count() > 0) {
     RecvWqe& r = qp.rqe(qp.rq_tail);
@@ -98,7 +102,7 @@ void refill(Core& c, Qp& qp, uint32_t msn) {
     took = true;
   }
   if (!proto::seq_lt(msn, qp.rq_tail))
-    c.bump(&qp, s.count() ? &Counters::rx_rnr_srq_window : &Counters::rx_rnr_srq_empty);
+    c.bump(&qp, &Counters::rx_rnr_srq_empty);  // within the window: the SRQ ran dry
   if (took) check_limit(c, s);
 }
 

@@ -274,4 +274,30 @@ TEST_CASE("srq__destroying_a_qp_returns_the_receives_it_took_as_flushes") {
   for (auto& c : after) CHECK(c.status == WcStatus::kWrFlushErr);
 }
 
+TEST_CASE("srq__a_peer_naming_an_msn_far_ahead_takes_no_receive_from_the_srq") {
+  SrqBench s(8);
+  for (uint64_t i = 0; i < 8; ++i) REQUIRE(s.post(i, i * 1024, 64) == 0);
+  // From the peer's address, a SEND with MSN 1000: beyond the window of 8.
+  proto::Packet p;
+  p.mbth.opcode = proto::Opcode::kSend;
+  p.mbth.dest_qpn = s.t.b.qpn;
+  p.mbth.psn = 1000;  // the receive window's start (Node::connect)
+  p.mbth.msn = 1000;
+  p.mbth.flags = proto::kFlagLast;
+  p.seth.length = 0;
+  proto::FrameHeaders h;
+  h.src_ip = s.t.a.ip;
+  h.dst_ip = s.t.b.ip;
+  std::vector<uint8_t> f(proto::encap_length(h) + proto::transport_length(p));
+  f.resize(proto::build_frame(h, p, f));
+  s.t.b.engine->on_frame(f);
+  CHECK(s.counters().rx_rnr_srq_window == 1);
+  CHECK(s.counters().rx_nak_rnr == 1);
+  uint32_t taken = 9;
+  SrqAttr a;
+  REQUIRE(s.t.b.engine->query_srq(Node::kOwner, s.srqn, &a, &taken) == 0);
+  CHECK(taken == 0);  // nothing left the SRQ for it
+  CHECK(s.t.b.recv_cq().empty());
+}
+
 }  // namespace metaroce::fw::test
