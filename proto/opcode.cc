@@ -41,6 +41,7 @@ const char* to_string(OpKind k) {
     case OpKind::kRequest: return "request";
     case OpKind::kResponse: return "response";
     case OpKind::kControl: return "control";
+    case OpKind::kDatagram: return "datagram";
   }
   return "?";
 }

@@ -6,7 +6,8 @@
 //
 // Adding an opcode (docs/protocol.md §10 has the same list):
 //   1. Pick an unused value in Opcode (proto/packet.h); never reuse a retired
-//      one. Requests 0x01-0x0F, responses/control 0x10-0x1F, 0x80-0xFF are
+//      one. Requests 0x01-0x0F, responses/control 0x10-0x1F, datagrams
+//      0x20-0x23 (§13), 0x80-0xFF are
 //      reserved for vendor experiments.
 //   2. If it needs a new extension header: add its struct + k...Len to
 //      packet.h, a member to Packet, an Ext value and a kExtTable row here,
@@ -33,7 +34,7 @@
 namespace metaroce::proto {
 
 // Extension headers (docs/protocol.md §3.2-§3.9).
-enum class Ext : uint8_t { kNone, kReth, kSeth, kImm, kAtomicEth, kAtomicAckEth, kAckh, kNackh, kProbeh, kCmh };
+enum class Ext : uint8_t { kNone, kReth, kSeth, kImm, kAtomicEth, kAtomicAckEth, kAckh, kNackh, kProbeh, kCmh, kDeth };
 
 struct ExtInfo {
   Ext ext;
@@ -41,7 +42,7 @@ struct ExtInfo {
   size_t length;
 };
 
-inline constexpr std::array<ExtInfo, 10> kExtTable = {{
+inline constexpr std::array<ExtInfo, 11> kExtTable = {{
     {Ext::kNone, "", 0},
     {Ext::kReth, "RETH", kRethLen},
     {Ext::kSeth, "SETH", kSethLen},
@@ -52,6 +53,7 @@ inline constexpr std::array<ExtInfo, 10> kExtTable = {{
     {Ext::kNackh, "NACKH", kNackhLen},
     {Ext::kProbeh, "PROBEH", kProbehLen},
     {Ext::kCmh, "CMH", kCmhLen},
+    {Ext::kDeth, "DETH", kDethLen},
 }};
 
 constexpr const ExtInfo& ext_info(Ext e) { return kExtTable[static_cast<size_t>(e)]; }
@@ -61,6 +63,7 @@ enum class OpKind : uint8_t {
   kRequest,   // requester -> responder, consumes one PSN
   kResponse,  // responder -> requester data/result (READ_RESP, ATOMIC_RESP)
   kControl,   // ACK, NACK, PROBE, PROBE_REPLY: no PSN of their own
+  kDatagram,  // UD_SEND*: unreliable, one packet, never acknowledged (§13)
 };
 
 inline constexpr size_t kMaxExts = 2;
@@ -84,7 +87,7 @@ struct OpcodeInfo {
 };
 
 namespace detail {
-constexpr std::array<OpcodeInfo, 24> make_table(std::array<OpcodeInfo, 24> t) {
+constexpr std::array<OpcodeInfo, 26> make_table(std::array<OpcodeInfo, 26> t) {
   for (auto& row : t) {
     row.header_len = kMbthLen;
     for (Ext e : row.exts) row.header_len += ext_info(e).length;
@@ -94,7 +97,7 @@ constexpr std::array<OpcodeInfo, 24> make_table(std::array<OpcodeInfo, 24> t) {
 }  // namespace detail
 
 // THE opcode table. One row per opcode; see the checklist at the top.
-inline constexpr std::array<OpcodeInfo, 24> kOpcodeTable = detail::make_table({{
+inline constexpr std::array<OpcodeInfo, 26> kOpcodeTable = detail::make_table({{
     // opcode                  name                kind               payload exts
     {Opcode::kSend,           "SEND",             OpKind::kRequest,  true,  {Ext::kSeth, Ext::kNone}},
     {Opcode::kSendImm,        "SEND_IMM",         OpKind::kRequest,  true,  {Ext::kSeth, Ext::kImm}},
@@ -117,6 +120,9 @@ inline constexpr std::array<OpcodeInfo, 24> kOpcodeTable = detail::make_table({{
     {Opcode::kCmRtu,          "CM_RTU",           OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 224},
     {Opcode::kCmDreq,         "CM_DREQ",          OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 220},
     {Opcode::kCmDrep,         "CM_DREP",          OpKind::kControl,  true,  {Ext::kCmh, Ext::kNone}, 224},
+    // Datagram service (§13): one packet per message.
+    {Opcode::kUdSend,         "UD_SEND",          OpKind::kDatagram, true,  {Ext::kDeth, Ext::kNone}},
+    {Opcode::kUdSendImm,      "UD_SEND_IMM",      OpKind::kDatagram, true,  {Ext::kDeth, Ext::kImm}},
     // Unreliable connected service (§14): RC's request layouts, no responses.
     {Opcode::kUcSend,         "UC_SEND",          OpKind::kRequest,  true,  {Ext::kSeth, Ext::kNone}},
     {Opcode::kUcSendImm,      "UC_SEND_IMM",      OpKind::kRequest,  true,  {Ext::kSeth, Ext::kImm}},

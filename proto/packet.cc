@@ -153,6 +153,18 @@ void write_cmh(Writer& w, const Packet& p) {
   w.zeros(1);
 }
 
+// DETH (docs/protocol.md §13.2): the reserved byte is written 0, ignored.
+void read_deth(Reader& r, Packet& p) {
+  p.deth.qkey = r.u32();
+  r.skip(1);
+  p.deth.src_qpn = r.u24();
+}
+void write_deth(Writer& w, const Packet& p) {
+  w.u32(p.deth.qkey);
+  w.zeros(1);
+  w.u24(p.deth.src_qpn & kQpnMask);
+}
+
 struct ExtCodec {
   void (*read)(Reader&, Packet&);
   void (*write)(Writer&, const Packet&);
@@ -169,6 +181,7 @@ constexpr std::array<ExtCodec, kExtTable.size()> kExtCodecs = {{
     {read_nackh, write_nackh},
     {read_probeh, write_probeh},
     {read_cmh, write_cmh},
+    {read_deth, write_deth},
 }};
 
 // ---- MBTH ----
@@ -363,6 +376,34 @@ Parsed<IpInfo> parse_l2_l3(std::span<const uint8_t> bytes, FrameHeaders& h) {
   return error(ParseErrorCode::kNotIp, type_at, "Ethernet.ethertype");
 }
 
+// The IPv4 (RFC 791) or IPv6 (RFC 8200) header of a UDP datagram of
+// udp_len bytes, at the position of w (a writer over out): frames
+// (build_frame) and the GRH a UD receive gets (build_grh) share it.
+void write_ip_header(std::span<uint8_t> out, Writer& w, const FrameHeaders& h, size_t udp_len) {
+  const uint8_t tos = static_cast<uint8_t>((h.dscp & 0x3F) << 2 | (h.ecn & 0x3));
+  const size_t at = w.pos();
+  if (h.src_ip.is_v4()) {
+    w.u8(0x45);
+    w.u8(tos);
+    w.u16(static_cast<uint16_t>(kIpv4Len + udp_len));
+    w.u16(0);       // identification: 0, the datagram is atomic (RFC 6864)
+    w.u16(0x4000);  // DF, no fragments
+    w.u8(h.ttl);
+    w.u8(kIpProtoUdp);
+    w.u16(0);  // header checksum, patched below
+    w.bytes(std::span(h.src_ip.bytes).subspan(12));
+    w.bytes(std::span(h.dst_ip.bytes).subspan(12));
+    if (w.ok()) w.patch_u16(at + 10, fold(sum16(out.subspan(at, kIpv4Len))));
+  } else {
+    w.u32(uint32_t{6} << 28 | uint32_t{tos} << 20);  // flow label 0
+    w.u16(static_cast<uint16_t>(udp_len));
+    w.u8(kIpProtoUdp);
+    w.u8(h.ttl);
+    w.bytes(h.src_ip.bytes);
+    w.bytes(h.dst_ip.bytes);
+  }
+}
+
 }  // namespace
 
 // ---- public API ----
@@ -411,6 +452,14 @@ size_t build_transport(const Packet& p, std::span<uint8_t> out) {
   return w.pos();
 }
 
+std::array<uint8_t, kGrhLen> build_grh(const FrameHeaders& h, size_t transport_len) {
+  std::array<uint8_t, kGrhLen> grh{};
+  const bool v4 = h.src_ip.is_v4();
+  Writer w(grh, v4 ? kGrhLen - kIpv4Len : 0);  // IPv4: 20 zero bytes, then the header
+  write_ip_header(grh, w, h, kUdpLen + transport_len);
+  return grh;
+}
+
 Parsed<Packet> parse_transport(std::span<const uint8_t> bytes) {
   return parse_transport_at(bytes, bytes.size(), 0);
 }
@@ -432,29 +481,8 @@ size_t build_frame(const FrameHeaders& h, const Packet& p, std::span<uint8_t> ou
   Writer w(out);
   w.bytes(h.dst_mac);
   w.bytes(h.src_mac);
-  const uint8_t tos = static_cast<uint8_t>((h.dscp & 0x3F) << 2 | (h.ecn & 0x3));
-  if (v4) {
-    w.u16(kEtherIpv4);
-    w.u8(0x45);
-    w.u8(tos);
-    w.u16(static_cast<uint16_t>(kIpv4Len + udp_len));
-    w.u16(0);       // identification: 0, the datagram is atomic (RFC 6864)
-    w.u16(0x4000);  // DF, no fragments
-    w.u8(h.ttl);
-    w.u8(kIpProtoUdp);
-    w.u16(0);  // header checksum, patched below
-    w.bytes(std::span(h.src_ip.bytes).subspan(12));
-    w.bytes(std::span(h.dst_ip.bytes).subspan(12));
-    w.patch_u16(kEthLen + 10, fold(sum16(out.subspan(kEthLen, kIpv4Len))));
-  } else {
-    w.u16(kEtherIpv6);
-    w.u32(uint32_t{6} << 28 | uint32_t{tos} << 20);  // flow label 0
-    w.u16(static_cast<uint16_t>(udp_len));
-    w.u8(kIpProtoUdp);
-    w.u8(h.ttl);
-    w.bytes(h.src_ip.bytes);
-    w.bytes(h.dst_ip.bytes);
-  }
+  w.u16(v4 ? kEtherIpv4 : kEtherIpv6);
+  write_ip_header(out, w, h, udp_len);
   const size_t udp_at = w.pos();
   w.u16(h.src_port);
   w.u16(kUdpPort);
@@ -591,6 +619,10 @@ void describe_ext(std::string& s, Ext e, const Packet& p) {
               p.probe.echo_ts);
       break;
     case Ext::kCmh: describe_cmh(s, p.cm); break;
+    case Ext::kDeth:
+      appendf(s, " deth.qkey=0x%08" PRIx32 " deth.src_qpn=0x%06" PRIx32, p.deth.qkey,
+              p.deth.src_qpn);
+      break;
   }
 }
 }  // namespace
@@ -612,7 +644,7 @@ std::string to_string(const Packet& p) {
 bool operator==(const Packet& a, const Packet& b) {
   return a.mbth == b.mbth && a.reth == b.reth && a.seth == b.seth && a.imm == b.imm &&
          a.atomic == b.atomic && a.atomic_ack == b.atomic_ack && a.ack == b.ack &&
-         a.nack == b.nack && a.probe == b.probe && a.cm == b.cm &&
+         a.nack == b.nack && a.probe == b.probe && a.cm == b.cm && a.deth == b.deth &&
          std::equal(a.payload.begin(), a.payload.end(), b.payload.begin(), b.payload.end());
 }
 

@@ -51,6 +51,10 @@ enum class Opcode : uint8_t {
   kCmRtu = 0x1C,
   kCmDreq = 0x1D,
   kCmDrep = 0x1E,
+  // Datagram service (docs/protocol.md §13): unreliable, one packet per
+  // message, never acknowledged.
+  kUdSend = 0x20,
+  kUdSendImm = 0x21,
   // Unreliable connected service (docs/protocol.md §14): the RC request
   // layouts, never acknowledged, a PSN gap drops the message.
   kUcSend = 0x24,
@@ -164,6 +168,15 @@ struct Probeh {
 };
 inline constexpr size_t kProbehLen = 8;
 
+// docs/protocol.md §13.2: Datagram Extended Transport Header (UD_SEND*).
+//   0-3: qkey   4: reserved   5-7: src_qpn (24 bits)
+struct Deth {
+  uint32_t qkey = 0;     // must equal the destination QP's Q_Key (§13.4)
+  uint32_t src_qpn = 0;  // 24 bits: the sending QP (ibv_wc.src_qp at the receiver)
+  bool operator==(const Deth&) const = default;
+};
+inline constexpr size_t kDethLen = 8;
+
 // docs/protocol.md §12.2: Connection Management Header, on every CM_*
 // opcode. One layout for all seven messages; which fields a message uses is
 // §12.3's table, and proto/cm.h checks them (check_cm). The private data is
@@ -204,6 +217,7 @@ struct Packet {
   Nackh nack;
   Probeh probe;
   Cmh cm;
+  Deth deth;
   std::span<const uint8_t> payload;  // borrowed from the parsed buffer
 };
 
@@ -310,6 +324,13 @@ struct Frame {
   Packet packet;
 };
 Parsed<Frame> parse_frame(std::span<const uint8_t> bytes);
+
+// docs/protocol.md §13.5: the 40-byte Global Route Header a UD receive
+// finds before the payload, as RoCE v2 fills it: the IPv6 header of the
+// datagram, or 20 zero bytes and then its IPv4 header (checksum included).
+// transport_len: the UDP payload's length (transport_length of the packet).
+inline constexpr size_t kGrhLen = 40;
+std::array<uint8_t, kGrhLen> build_grh(const FrameHeaders& h, size_t transport_len);
 
 // One line naming the opcode and the fields its headers carry, e.g.
 // "RDMA_WRITE qpn=0x000012 psn=5 msn=2 off=0 flags=0x8 path=3 ts=0

@@ -85,6 +85,9 @@ int open_request(struct mroce_context *ctx) {
   ctx->ctx_id = resp.ctx_id;
   ctx->dev_attr = resp.device;
   ctx->port_attr = resp.port;
+  struct mroce_call ex = {MROCE_OP_QUERY_DEVICE_EX, nullptr, 0, -1, &ctx->dev_attr_ex,
+                          sizeof(ctx->dev_attr_ex), nullptr, 0};
+  if (mroce_ctrl_call(ctx, &ex)) memset(&ctx->dev_attr_ex, 0, sizeof(ctx->dev_attr_ex));
   return 0;
 }
 
@@ -162,7 +165,8 @@ void mroce_free_context(struct ibv_context *ibctx) {
   free(ctx);
 }
 
-void fill_device_attr(const struct mroce_device_attr *d, struct ibv_device_attr *a) {
+void fill_device_attr(const struct mroce_device_attr *d, const struct mroce_device_attr_ex *x,
+                      struct ibv_device_attr *a) {
   memset(a, 0, sizeof(*a));
   snprintf(a->fw_ver, sizeof(a->fw_ver), "%.*s", static_cast<int>(sizeof(d->fw_ver)), d->fw_ver);
   a->node_guid = htobe64(d->node_guid);
@@ -180,14 +184,15 @@ void fill_device_attr(const struct mroce_device_attr *d, struct ibv_device_attr 
   a->max_cqe = d->max_cqe;
   a->max_mr = d->max_mr;
   a->max_pd = d->max_pd;
-  a->max_srq = static_cast<int>(d->max_srq);  // 0 from a daemon without SRQs
-  a->max_srq_wr = d->max_srq ? static_cast<int>(d->max_qp_wr) : 0;
-  a->max_srq_sge = d->max_srq ? static_cast<int>(d->max_sge) : 0;
+  a->max_srq = static_cast<int>(x->max_srq);  // 0 from a daemon without SRQs
+  a->max_srq_wr = static_cast<int>(x->max_srq_wr);
+  a->max_srq_sge = static_cast<int>(x->max_srq_sge);
   a->max_qp_rd_atom = d->max_qp_rd_atom;
   a->max_qp_init_rd_atom = d->max_qp_rd_atom;
   a->max_res_rd_atom = d->max_qp_rd_atom * d->max_qp;
   a->atomic_cap = IBV_ATOMIC_HCA;
   a->max_pkeys = 1;
+  a->max_ah = static_cast<int>(d->max_ah);
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
 }
@@ -247,7 +252,7 @@ int mroce_query_device_ex(struct ibv_context *context,
   if (attr_size < sizeof(struct ibv_device_attr)) return EINVAL;
   if (mroce_dead(ctx)) return EIO;
   struct ibv_device_attr_ex ex = {};
-  fill_device_attr(&ctx->dev_attr, &ex.orig_attr);
+  fill_device_attr(&ctx->dev_attr, &ctx->dev_attr_ex, &ex.orig_attr);
   memcpy(attr, &ex, attr_size < sizeof(ex) ? attr_size : sizeof(ex));
   return 0;
 }
@@ -306,11 +311,13 @@ const struct verbs_device_ops mroce_dev_ops = {
 static const struct verbs_context_ops mroce_ctx_ops = {
     .alloc_pd = mroce_alloc_pd,
     .cq_event = mroce_cq_event,
+    .create_ah = mroce_create_ah,
     .create_cq = mroce_create_cq,
     .create_qp = mroce_create_qp,
     .create_srq = mroce_create_srq,
     .dealloc_pd = mroce_dealloc_pd,
     .dereg_mr = mroce_dereg_mr,
+    .destroy_ah = mroce_destroy_ah,
     .destroy_cq = mroce_destroy_cq,
     .destroy_qp = mroce_destroy_qp,
     .destroy_srq = mroce_destroy_srq,

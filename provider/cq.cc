@@ -31,6 +31,10 @@ void cqe_to_wc(const struct mroce_cqe *e, struct ibv_wc *wc) {
   wc->qp_num = e->qp_num;
   wc->src_qp = e->src_qp;
   wc->wc_flags = e->wc_flags;
+  wc->slid = e->ud.slid;  // UD receives (IBV_WC_GRH): RoCE has no LIDs or SLs
+  wc->sl = e->ud.sl;
+  wc->dlid_path_bits = e->ud.dlid_path_bits;
+  wc->pkey_index = e->ud.pkey_index;
 }
 
 int map_cq(struct mroce_cq *cq, int memfd, const struct mroce_create_cq_resp *resp) {

@@ -41,6 +41,7 @@ struct mroce_context {
   int dead;               // atomic: the daemon went away (DEVICE_FATAL sent)
   uint32_t ctx_id;
   struct mroce_device_attr dev_attr;
+  struct mroce_device_attr_ex dev_attr_ex;  // zeros from a daemon without QUERY_DEVICE_EX
   struct mroce_port_attr port_attr;
   pthread_mutex_t qp_lock;  // guards qp_list and cq_list
   struct mroce_qp *qp_list;
@@ -55,6 +56,11 @@ struct mroce_pd {
 
 struct mroce_mr {
   struct verbs_mr vmr;
+};
+
+struct mroce_ah {
+  struct ibv_ah ibv_ah;
+  uint32_t ahn;  // the daemon's handle: what a UD send WQE names
 };
 
 struct mroce_cq {
@@ -113,6 +119,9 @@ static inline struct mroce_pd *to_mroce_pd(struct ibv_pd *p) {
 static inline struct mroce_mr *to_mroce_mr(struct verbs_mr *m) {
   return reinterpret_cast<struct mroce_mr *>(m);
 }
+static inline struct mroce_ah *to_mroce_ah(struct ibv_ah *a) {
+  return reinterpret_cast<struct mroce_ah *>(a);
+}
 static inline struct mroce_cq *to_mroce_cq(struct ibv_cq *c) {
   return reinterpret_cast<struct mroce_cq *>(c);
 }
@@ -168,6 +177,10 @@ int mroce_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *mroce_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va,
                             int access);
 int mroce_dereg_mr(struct verbs_mr *vmr);
+
+// ---- address handles (ah.cc) ----
+struct ibv_ah *mroce_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+int mroce_destroy_ah(struct ibv_ah *ah);
 
 // ---- CQ (cq.cc) ----
 struct ibv_cq *mroce_create_cq(struct ibv_context *context, int cqe,

@@ -1,5 +1,5 @@
-// Queue pairs (RC and UC, optionally on an SRQ): control verbs over the socket, post_send and
-// post_recv into the shared SQ/RQ rings.
+// Queue pairs (RC, UC and UD; RC and UC may take receives from an SRQ): control
+// verbs over the socket, post_send and post_recv into the shared SQ/RQ rings.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -37,7 +37,9 @@ int map_qp(struct mroce_qp *qp, int memfd, const struct mroce_create_qp_resp *r)
 }
 
 int check_init_attr(struct mroce_context *ctx, const struct ibv_qp_init_attr *a) {
-  if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC) return EOPNOTSUPP;
+  if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD)
+    return EOPNOTSUPP;
+  if (a->srq && a->qp_type == IBV_QPT_UD) return EOPNOTSUPP;  // not built yet
   if (!a->send_cq || !a->recv_cq) return EINVAL;
   const struct ibv_qp_cap &c = a->cap;
   if (c.max_send_sge > ctx->dev_attr.max_sge || c.max_recv_sge > ctx->dev_attr.max_sge ||
@@ -113,6 +115,7 @@ void to_mroce_attr(const struct ibv_qp_attr *a, int mask, struct mroce_qp_attr *
   m->pkey_index = a->pkey_index;
   m->cap = {a->cap.max_send_wr, a->cap.max_recv_wr, a->cap.max_send_sge, a->cap.max_recv_sge,
             a->cap.max_inline_data};
+  m->qkey = a->qkey;
 }
 
 void from_mroce_attr(const struct mroce_qp_attr *m, struct ibv_qp_attr *a) {
@@ -141,6 +144,7 @@ void from_mroce_attr(const struct mroce_qp_attr *m, struct ibv_qp_attr *a) {
   a->port_num = m->port_num;
   a->sq_draining = m->sq_draining;
   a->pkey_index = m->pkey_index;
+  a->qkey = m->qkey;
 }
 
 void ring_doorbell(struct mroce_qp *qp, struct mroce_ring *ring) {
@@ -181,6 +185,16 @@ int build_inline(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce
   return 0;
 }
 
+// UD: a SEND (with or without immediate) to an address handle.
+int build_ud(const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
+  if ((wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) || !wr->wr.ud.ah)
+    return EINVAL;
+  w->ud.ah = to_mroce_ah(wr->wr.ud.ah)->ahn;
+  w->ud.remote_qpn = wr->wr.ud.remote_qpn;
+  w->ud.remote_qkey = wr->wr.ud.remote_qkey;
+  return 0;
+}
+
 int build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
   // UC carries SEND and WRITE (with or without immediate) only.
   bool uc = qp->vqp.qp.qp_type == IBV_QPT_UC;
@@ -188,7 +202,11 @@ int build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mro
   if (!opcode_supported(wr->opcode) || wr->num_sge < 0 ||
       static_cast<uint32_t>(wr->num_sge) > qp->sq.max_sge)
     return EINVAL;
-  memset(w, 0, offsetof(struct mroce_send_wqe, u));
+  if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
+    memset(w, 0, offsetof(struct mroce_send_wqe, u));
+    if (int err = build_ud(wr, w)) return err;
+  }
+  if (qp->vqp.qp.qp_type != IBV_QPT_UD) memset(w, 0, offsetof(struct mroce_send_wqe, u));
   w->wr_id = wr->wr_id;
   w->opcode = static_cast<uint8_t>(wr->opcode);
   w->send_flags = wr->send_flags;

@@ -166,6 +166,22 @@ std::unique_ptr<ClientMemory> ClientMemory::bind_peer(int sock_fd, std::string* 
   return m;
 }
 
+std::unique_ptr<ClientMemory> ClientMemory::share(std::string* why) const {
+  int fds[3] = {mem_fd_, maps_fd_, pidfd_};
+  for (int i = 0; i < 3; i++) {
+    fds[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+    if (fds[i] < 0) {
+      *why = std::string("cannot share the address space of pid ") + std::to_string(pid_) + ": " +
+             std::strerror(errno);
+      for (int j = 0; j < i; j++) ::close(fds[j]);
+      return nullptr;
+    }
+  }
+  std::unique_ptr<ClientMemory> m(new ClientMemory(pid_, fds[0], fds[1], fds[2]));
+  m->gone_ = gone_;
+  return m;
+}
+
 ClientMemory::~ClientMemory() {
   ::close(mem_fd_);
   ::close(maps_fd_);

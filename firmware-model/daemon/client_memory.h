@@ -39,6 +39,11 @@ class ClientMemory {
   static std::unique_ptr<ClientMemory> bind_peer(int sock_fd, std::string* why);
   // The process pid as it is now (the daemon's tests bind themselves).
   static std::unique_ptr<ClientMemory> bind_pid(pid_t pid, std::string* why);
+  // A second, independent handle on the same address space (its files
+  // dup'd: still bound to the mm found at connect). The hw device model's
+  // IOMMU binds one to the owner's PASID and uses it on its own thread.
+  // nullptr and *why on failure.
+  std::unique_ptr<ClientMemory> share(std::string* why) const;
   ~ClientMemory();
   ClientMemory(const ClientMemory&) = delete;
   ClientMemory& operator=(const ClientMemory&) = delete;

@@ -160,10 +160,13 @@ void ControlPlane::handle(Client& c, const Request& req, Reply* out) {
     case MROCE_OP_QUERY_COUNTERS: err = op_query_counters(c, req, out); break;
     case MROCE_OP_LIST_QPS: err = op_list_qps(c, req, out); break;
     case MROCE_OP_QUERY_QP_TRANSPORT: err = op_query_qp_transport(c, req, out); break;
+    case MROCE_OP_CREATE_AH: err = op_create_ah(c, req, out); break;
+    case MROCE_OP_DESTROY_AH: err = op_destroy_ah(c, req, out); break;
     case MROCE_OP_CREATE_SRQ: err = op_create_srq(c, req, out); break;
     case MROCE_OP_MODIFY_SRQ: err = op_modify_srq(c, req, out); break;
     case MROCE_OP_QUERY_SRQ: err = op_query_srq(c, req, out); break;
     case MROCE_OP_DESTROY_SRQ: err = op_destroy_srq(c, req, out); break;
+    case MROCE_OP_QUERY_DEVICE_EX: err = op_query_device_ex(c, req, out); break;
     default:
       out->reason = "unknown control operation " + std::to_string(req.op);
       counters_.ctrl_malformed++;
@@ -194,7 +197,7 @@ mroce_device_attr ControlPlane::device_attr() const {
   a.max_qp_rd_atom = caps.max_qp_rd_atom;
   a.max_inline = caps.max_inline;
   a.max_msg_size = caps.max_msg_size;
-  a.max_srq = caps.max_srq;
+  a.max_ah = caps.max_ah;
   a.vendor_id = 0x4D52;      // "MR": unregistered OUI-less id, see docs/device-abi.md
   a.vendor_part_id = 0x0001;
   a.hw_ver = 1;
@@ -434,8 +437,9 @@ int ControlPlane::op_create_qp(Client& c, const Request& r, Reply* out) {
   int err = check_limits(c, "QP", c.qps.size(), config_.limits.max_qp, &UserUsage::qps,
                          &UserLimits::max_qp, out);
   if (err) return err;
-  if (req.qp_type != 2 /* IBV_QPT_RC */ && req.qp_type != 3 /* IBV_QPT_UC */) {
-    out->reason = "only RC and UC QPs are supported";
+  if (req.qp_type != 2 /* IBV_QPT_RC */ && req.qp_type != 3 /* IBV_QPT_UC */ &&
+      req.qp_type != 4 /* IBV_QPT_UD */) {
+    out->reason = "only RC, UC and UD QPs are supported";
     return EOPNOTSUPP;
   }
   if (!c.cqs.count(req.send_cqn) || !c.cqs.count(req.recv_cqn)) {
@@ -444,6 +448,7 @@ int ControlPlane::op_create_qp(Client& c, const Request& r, Reply* out) {
   }
   if ((err = check_qp_srq(c, req.srqn, out))) return err;
   fw::QpInitAttr init;
+  init.type = static_cast<fw::QpType>(req.qp_type);
   init.pdn = req.pdn;
   init.send_cqn = req.send_cqn;
   init.recv_cqn = req.recv_cqn;
@@ -503,6 +508,7 @@ int ControlPlane::op_modify_qp(Client& c, const Request& r, Reply* out) {
     out->reason = "path_mtu must be IBV_MTU_256..IBV_MTU_4096";
     return EINVAL;
   }
+  if (int e = check_qkey(c, req.attr, out)) return e;
   int err = backend_.modify_qp(c.id, req.qpn, to_fw(req.attr), req.attr.attr_mask);
   if (err == EINVAL) out->reason = "invalid state transition or attribute for this transition";
   return err;

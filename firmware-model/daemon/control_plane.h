@@ -28,6 +28,7 @@ namespace metaroce::daemon {
 
 struct ClientLimits {
   uint32_t max_pd = 1024, max_mr = 16384, max_cq = 1024, max_qp = 1024;
+  uint32_t max_ah = 16384;  // UD address handles (the device has fw::DeviceCaps::max_ah)
   uint32_t max_srq = 1024;
 };
 
@@ -64,7 +65,7 @@ class ControlPlane {
     std::unique_ptr<ClientMemory> memory;  // its address space, bound at connect
     uid_t uid = 0;
     int async_fd = -1;  // our end of the async event socketpair
-    std::set<uint32_t> pds, mrs, cqs, qps, srqs;
+    std::set<uint32_t> pds, mrs, cqs, qps, ahs, srqs;
     uint64_t ring_bytes = 0;  // memory of its CQ and QP rings
   };
   // memory: bound to the connecting process (ClientMemory::bind_peer).
@@ -135,12 +136,19 @@ class ControlPlane {
   int op_query_counters(Client& c, const Request& r, Reply* out);
   int op_list_qps(Client& c, const Request& r, Reply* out);
   int op_query_qp_transport(Client& c, const Request& r, Reply* out);
+  // ud: address handles (control_plane_ud.cc)
+  int op_create_ah(Client& c, const Request& r, Reply* out);
+  int op_destroy_ah(Client& c, const Request& r, Reply* out);
+  // A controlled Q_Key (high bit set) only for root, as the kernel's
+  // CAP_NET_RAW rule; EPERM with the reason otherwise.
+  int check_qkey(const Client& c, const mroce_qp_attr& a, Reply* out);
   // Shared receive queues (control_plane_srq.cc)
   int op_create_srq(Client& c, const Request& r, Reply* out);
   int op_modify_srq(Client& c, const Request& r, Reply* out);
   int op_query_srq(Client& c, const Request& r, Reply* out);
   int op_destroy_srq(Client& c, const Request& r, Reply* out);
   int check_qp_srq(const Client& c, uint32_t srqn, Reply* out);
+  int op_query_device_ex(Client& c, const Request& r, Reply* out);
   mroce_device_attr device_attr() const;
   mroce_port_attr port_attr() const;
 

@@ -23,6 +23,18 @@ int backend_refusal(int err, const char* why, const char* op, std::string* reaso
 }
 }  // namespace
 
+// Capabilities beyond mroce_device_attr (its layout stays fixed): today the
+// SRQ caps, 0 when the backend has no SRQs.
+int ControlPlane::op_query_device_ex(Client& c, const Request& r, Reply* out) {
+  mroce_device_attr_ex x{};
+  if (backend_.query_srq(0, 0, nullptr, nullptr) != EOPNOTSUPP) {
+    const fw::DeviceCaps& caps = backend_.caps();
+    x = {caps.max_srq, caps.max_qp_wr, caps.max_sge, {}};
+  }
+  encode(x, &out->body);
+  return 0;
+}
+
 int ControlPlane::check_qp_srq(const Client& c, uint32_t srqn, Reply* out) {
   if (srqn == 0 || c.srqs.count(srqn)) return 0;
   out->reason = "SRQ " + std::to_string(srqn) + " does not belong to this context";

@@ -33,7 +33,10 @@ namespace metaroce::daemon {
   X(cq_event_write_failed)       /* channel full or closed: never waited for */       \
   X(async_events)                                                                     \
   X(async_event_write_failed)                                                         \
-  X(doorbell_wakeups)
+  X(doorbell_wakeups)                                                                 \
+  /* ud: */                                                                           \
+  X(qkey_privileged_refused)     /* controlled Q_Key (high bit) asked by a non-root user */ \
+  X(ah_refused)                  /* CREATE_AH refused (no GRH, bad PD/GID, limits) */
 
 struct DaemonCounters {
 #define MROCE_X(name) uint64_t name = 0;

@@ -20,6 +20,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@
 #include "firmware-model/daemon/options.h"
 #include "firmware-model/daemon/service.h"
 #include "firmware-model/engine/congestion.h"
+#include "firmware-model/hw/device_model.h"
+#include "firmware-model/hw/model_backend.h"
 #include "firmware-model/hw/probe.h"
 #include "kmod-shim/sysfs/sysfs_publisher.h"
 
@@ -50,6 +53,12 @@ int mkdirs(const std::string& path) {
 }
 
 // Link facts for the device and the sysfs tree, kept current from netlink.
+// Thread-safe: with --backend hw --hw-device model the device model's
+// thread resolves neighbours while the loop processes netlink. One lock
+// covers the monitor and the neighbour cache; netlink callbacks run under
+// it and only record, and the device is told (refresh) after it is
+// released: telling a hw device is an admin command the model's thread
+// must be free to answer.
 class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
  public:
   HostLink(const Options& o, kmod_shim::SysfsPublisher& publisher)
@@ -63,6 +72,7 @@ class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
   net::NetlinkMonitor& monitor() { return *monitor_; }
 
   bool resolve(const proto::IpAddr& ip, proto::MacAddr* mac) override {
+    std::lock_guard g(mu_);
     auto it = neighbours_.find(ip.bytes);
     if (it != neighbours_.end()) {
       *mac = it->second;
@@ -72,13 +82,32 @@ class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
     neighbours_[ip.bytes] = *mac;
     return true;
   }
-  proto::MacAddr local_mac() const override { return monitor_->link().mac; }
+  proto::MacAddr local_mac() const override {
+    std::lock_guard g(mu_);
+    return monitor_->link().mac;
+  }
+  // Netlink input (the loop's), then what it changed to the device.
+  void process() {
+    {
+      std::lock_guard g(mu_);
+      monitor_->process();
+    }
+    if (pending_) {
+      bool state = pending_state_;
+      pending_ = pending_state_ = false;
+      refresh(state);
+    }
+  }
+  std::string neighbour_counters() const {
+    std::lock_guard g(mu_);
+    return net::format_counters(monitor_->neighbour_counters());
+  }
 
   void on_link(const net::LinkState& now, const net::LinkState& old) override {
     neighbours_.clear();
-    refresh(now.oper_up != old.oper_up);
+    defer_refresh(now.oper_up != old.oper_up);
   }
-  void on_address(const net::IfAddress& a, bool added) override { refresh(false); }
+  void on_address(const net::IfAddress& a, bool added) override { defer_refresh(false); }
   void on_neighbour(const proto::IpAddr& ip, const proto::MacAddr& mac, bool valid) override {
     if (valid) {
       neighbours_[ip.bytes] = mac;
@@ -89,10 +118,15 @@ class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
   void on_link_removed() override {
     log_line(LogLevel::kWarn, "interface " + options_.netdev + " went away: port down");
     gone_ = true;
-    refresh(true);
+    defer_refresh(true);
+  }
+  void defer_refresh(bool state_changed) {
+    pending_ = true;
+    pending_state_ = pending_state_ || state_changed;
   }
 
   fw::PortInfo port_info() const {
+    std::lock_guard g(mu_);
     fw::PortInfo p;
     net::LinkState l = monitor_->link();
     p.gids = monitor_->gid_table();
@@ -141,9 +175,11 @@ class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
   kmod_shim::SysfsPublisher& publisher_;
   std::unique_ptr<net::NetlinkMonitor> monitor_;
   Device* device_ = nullptr;
+  mutable std::recursive_mutex mu_;  // monitor_, neighbours_, gone_
   std::map<std::array<uint8_t, 16>, proto::MacAddr> neighbours_;
   uint64_t guid_ = 0;
   bool gone_ = false;
+  bool pending_ = false, pending_state_ = false;  // a refresh recorded under mu_
 };
 
 std::string counters_text(const Device& device) {
@@ -165,7 +201,7 @@ std::string counters_text(const Device& device) {
 }
 
 int run(const Options& o) {
-  if (o.backend == "hw") {
+  if (o.backend == "hw" && o.hw_device == "pci") {
     std::string why;
     if (hw::probe(o.netdev, &why) != 0) {
       log_line(LogLevel::kError, why);
@@ -240,7 +276,32 @@ int run(const Options& o) {
   cfg.user_limits.max_ring_bytes = uint64_t{o.uid_max_ring_mb} << 20;
   cfg.ifindex = static_cast<uint32_t>(link.monitor().link().ifindex);
   cfg.gid_tbl_len = HostLink::kGidTableLen;
-  Device device(cfg, pio.get(), &link, doorbell);
+  // The one place the transport is chosen: the soft NIC on this packet
+  // I/O, or the hw driver over a device model that owns the packet I/O.
+  // The model outlives the device (declared first): the driver quiesces
+  // it before freeing the memory it DMAs.
+  std::unique_ptr<hw::DeviceModel> model;
+  std::string hw_error;
+  BackendFactory backend = soft_nic_backend(pio.get(), &link);
+  if (o.backend == "hw") {
+    hw::DeviceModelOptions mo;
+    mo.io = pio.get();
+    mo.link = &link;
+    mo.rt_priority = o.rt_priority;
+    model = std::make_unique<hw::DeviceModel>(cfg.engine, mo);
+    if (model->start(&why)) {
+      log_line(LogLevel::kError, why);
+      return 1;
+    }
+    backend = hw::model_backend(model.get(), &hw_error);  // kept alive with the device
+    log_line(LogLevel::kInfo, "transport: hw backend on the device model (" +
+                                  std::string(pio->name()) + " is its MAC)");
+  }
+  Device device(cfg, backend, doorbell);
+  if (!hw_error.empty()) {
+    log_line(LogLevel::kError, hw_error);
+    return 1;
+  }
   link.set_guid(cfg.node_guid);
   link.attach(&device);
 
@@ -293,7 +354,7 @@ int run(const Options& o) {
   int spin_us = o.spin_us >= 0 ? o.spin_us : (sysconf(_SC_NPROCESSORS_ONLN) <= 2 ? 0 : 50);
   lo.spin_ns = static_cast<uint64_t>(spin_us) * 1000;
   DaemonLoop loop(io, device, doorbell, link.monitor().fd(),
-                  [&link] { link.monitor().process(); }, lo);
+                  [&link] { link.process(); }, lo);
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (!ec) {
@@ -306,7 +367,7 @@ int run(const Options& o) {
   std::function<void()> arm_usr1 = [&] {
     usr1.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
-      log_line(LogLevel::kInfo, counters_text(device) + net::format_counters(link.monitor().neighbour_counters()));
+      log_line(LogLevel::kInfo, counters_text(device) + link.neighbour_counters());
       for (uint32_t qpn : device.qp_numbers()) log_line(LogLevel::kInfo, device.describe_qp(qpn));
       arm_usr1();
     });

@@ -16,6 +16,9 @@ const char* usage() {
          "  --io auto|xdp|packet    packet I/O backend (default auto: AF_XDP, else AF_PACKET)\n"
          "  --xdp-mode auto|native|generic   XDP attach mode (default auto)\n"
          "  --backend soft|hw       transport: the software engine, or offload hardware\n"
+         "  --hw-device pci|model   with --backend hw: the PCI function behind IF (default),\n"
+         "                          or the device model (a simulated NIC on IF, behind the\n"
+         "                          hardware ABI; docs/hardware-offload.md)\n"
          "  --sysfs-root DIR        where to publish the sysfs-format device tree\n"
          "                          (default /run/metaroce/sysfs; point SYSFS_PATH here)\n"
          "  --run-dir DIR           control socket directory (default /run/metaroce)\n"
@@ -137,6 +140,12 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
       if (!value(&o->backend)) return false;
       if (o->backend != "soft" && o->backend != "hw") {
         *error = "--backend expects soft or hw, got '" + o->backend + "'";
+        return false;
+      }
+    } else if (a == "--hw-device") {
+      if (!value(&o->hw_device)) return false;
+      if (o->hw_device != "pci" && o->hw_device != "model") {
+        *error = "--hw-device expects pci or model, got '" + o->hw_device + "'";
         return false;
       }
     } else if (a == "--sysfs-root") {

@@ -13,6 +13,7 @@ struct Options {
   std::string netdev;                 // --netdev IF (required)
   std::string ibdev = "metaroce0";    // --ibdev NAME (must be metaroceN)
   std::string backend = "soft";       // --backend soft|hw
+  std::string hw_device = "pci";      // --hw-device pci|model (with --backend hw)
   io::Backend io = io::Backend::kAuto;  // --io auto|xdp|packet
   io::XdpMode xdp_mode = io::XdpMode::kAuto;  // --xdp-mode auto|native|generic
   std::string sysfs_root = "/run/metaroce/sysfs";  // --sysfs-root DIR

@@ -289,6 +289,11 @@ void QueuePump::send_async(int async_fd, uint64_t element, fw::EventType type) {
 }
 
 void QueuePump::async_event(fw::EventType type, uint32_t element) {
+  // A port event's element is the port number, not a QP: the control plane
+  // sends port events to every client (ControlPlane::port_event, on
+  // netlink's word); a backend's copy (the engine's on set_port, a
+  // device's EQE) must not reach the owner of QP 1.
+  if (type == fw::EventType::kPortActive || type == fw::EventType::kPortErr) return;
   if (type == fw::EventType::kCqErr) {
     auto it = cqs_.find(element);
     if (it != cqs_.end()) send_async(async_fd_of_(it->second.owner), it->second.user_handle, type);

@@ -82,6 +82,15 @@ int SoftNic::post_send(fw::OwnerId owner, uint32_t qpn, const fw::SendWr& wr) {
   return SoftBackend::post_send(owner, qpn, wr);
 }
 
+int SoftNic::create_ah(fw::OwnerId owner, uint32_t pdn, const fw::AddressVector& av,
+                       uint32_t* ahn) {
+  int err = SoftBackend::create_ah(owner, pdn, av, ahn);
+  bool local = std::find(gids_.begin(), gids_.end(), av.dgid) != gids_.end();
+  proto::MacAddr mac;
+  if (!err && !local && env_.link) env_.link->resolve(av.dgid, &mac);  // kPending triggers it
+  return err;
+}
+
 void SoftNic::destroy_owner(fw::OwnerId owner) {
   // Data the engine already accepted for other clients is unaffected; this
   // client's QPs vanish, so their peers run into retry exhaustion.

@@ -77,6 +77,10 @@ class SoftNic final : private SoftNicHal, public hw::SoftBackend {
   // The read-ahead window of a client that posts new work is dropped: it
   // may have rewritten a buffer before reposting it (docs/daemon.md §DMA).
   int post_send(fw::OwnerId owner, uint32_t qpn, const fw::SendWr& wr) override;
+  // A new address handle starts resolving its next hop through the
+  // kernel's neighbour table at once, so its first datagram finds the MAC.
+  int create_ah(fw::OwnerId owner, uint32_t pdn, const fw::AddressVector& av,
+                uint32_t* ahn) override;
   // Queued DMA is flushed first; the client's DMA state goes after.
   void destroy_owner(fw::OwnerId owner) override;
   // Received frames, due timers and transmission, then the DMA flush and

@@ -41,6 +41,8 @@ bool finished(Qp& qp, const SendWqe& w) {
   return !w.is_rd() || w.response_done;
 }
 
+}  // namespace
+
 void emit(Core& c, Qp& qp, SendWqe& w, WcStatus status) {
   bool signaled = status != WcStatus::kSuccess || (w.wr.send_flags & kSendSignaled) ||
                   qp.init.sq_sig_all;
@@ -57,6 +59,8 @@ void emit(Core& c, Qp& qp, SendWqe& w, WcStatus status) {
   wc.src_qp = qp.attr.dest_qp_num;
   c.complete(qp, qp.init.send_cqn, wc);
 }
+
+namespace {
 
 void maybe_report_drained(Core& c, Qp& qp) {
   if (qp.state == QpState::kSqd && !qp.sq_drained_reported && qp.sq_head == qp.sq_next) {

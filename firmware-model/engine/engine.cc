@@ -17,23 +17,23 @@ namespace metaroce::fw {
 // ---------------- Core ----------------
 
 Core::Core(const EngineConfig& config, Hal hal)
-    : config_(config), hal_(hal), mrs_(config.caps.max_mr), scratch_(8192) {
+    : config_(config), hal_(hal), mrs_(config.caps.max_mr), ahs_(config.caps.max_ah), scratch_(8192) {
   CongestionParams p;
   p.base_rtt = config.base_rtt;
   p.link_bps = config.link_bps;
   credit_ = make_receiver_credit(p);
 }
 
-void Core::send(Qp& qp, const proto::Packet& p, uint8_t path) {
+void Core::send_to(Qp& qp, const AddressVector& av, const proto::Packet& p, uint8_t path) {
   OutPacket o;
   const auto& gids = config_.port.gids;
-  if (qp.attr.av.sgid_index < gids.size()) o.src_ip = gids[qp.attr.av.sgid_index];
-  o.dst_ip = qp.attr.av.dgid;
+  if (av.sgid_index < gids.size()) o.src_ip = gids[av.sgid_index];
+  o.dst_ip = av.dgid;
   // Path entropy: the path index in the low bits, the QP above it, so each
   // of a QP's paths hashes differently and QPs spread too.
   o.src_port = static_cast<uint16_t>(0xC000 | ((qp.qpn * 64u + path) & 0x3FFF));
-  o.dscp = qp.attr.av.traffic_class >> 2;
-  o.ttl = qp.attr.av.hop_limit;
+  o.dscp = av.traffic_class >> 2;
+  o.ttl = av.hop_limit;
   o.packet = p;
   bump(&qp, &Counters::tx_packets);
   bump(&qp, &Counters::tx_bytes, proto::transport_length(p));
@@ -125,7 +125,7 @@ void Core::placement_failed(Qp& qp) {
     qp.placed_recvs.clear();
     bump(&qp, &Counters::rx_drop_owner_gone);
   }
-  if (qp.placed && qp.type == QpType::kUc) uc::placement_failed(*this, qp);  // no NACK in UC
+  if (qp.placed && qp.init.type == QpType::kUc) uc::placement_failed(*this, qp);  // no NACK in UC
   if (qp.placed) responder::placement_failed(*this, qp);  // NACK, QP to ERR
   if (rd) completer::fail(*this, qp, seq, WcStatus::kLocAccessErr);
 }
@@ -360,6 +360,7 @@ struct Engine::Impl {
     if (mask & kAttrSqPsn) q.sq_psn = a.sq_psn;
     if (mask & kAttrMaxDestRdAtomic) q.max_dest_rd_atomic = a.max_dest_rd_atomic;
     if (mask & kAttrDestQpn) q.dest_qp_num = a.dest_qp_num;
+    if (mask & kAttrQkey) q.qkey = a.qkey;
   }
 
   void enter(Qp& qp, QpState from, QpState to) {
@@ -373,7 +374,9 @@ struct Engine::Impl {
         core.qp_to_error(qp);
         return;
       case QpState::kRtr:
-        if (from == QpState::kInit) {
+        if (from == QpState::kInit && qp.init.type == QpType::kUd) {
+          qp.mtu = datagram::mtu(core.config().port.link_mtu);
+        } else if (from == QpState::kInit) {
           qp.mtu = effective_mtu(qp.attr.path_mtu, core.config().port.link_mtu);
           qp.rw.reset(qp.attr.rq_psn);
           qp.uc.next_psn = qp.attr.rq_psn;
@@ -383,6 +386,7 @@ struct Engine::Impl {
       case QpState::kRts:
         if (from == QpState::kRtr) qp.sb.reset(qp.attr.sq_psn);
         if (from == QpState::kRtr) qp.uc.send_psn = qp.attr.sq_psn;
+        if (from == QpState::kRtr) qp.ud_psn = qp.attr.sq_psn;
         break;
       case QpState::kSqd:
         if (from != QpState::kSqd) qp.sq_drained_reported = false;
@@ -392,6 +396,24 @@ struct Engine::Impl {
     qp.state = to;
     if (to == QpState::kSqd) completer::drain(core, qp);
     if (to == QpState::kRts) core.activate(qp);
+  }
+
+  // A frame for a UD QP (datagram.cc does the checks and the placement).
+  void on_datagram(Qp& qp, const proto::Frame& f, size_t frame_bytes) {
+    if (!core.hal().dma.owner_alive(qp.owner)) {  // as if destroyed (hal.h)
+      core.bump(&qp, &Counters::rx_drop_owner_gone);
+      return;
+    }
+    qp.counters.rx_packets++;
+    qp.counters.rx_bytes += frame_bytes;
+    datagram::on_frame(core, qp, f);
+    settle();
+  }
+
+  void remove_ah(uint32_t ahn) {
+    if (Ah* ah = core.ahs().get(ahn))
+      if (Pd* pd = pds.get(ah->pdn)) --pd->refs;
+    core.ahs().remove(ahn);
   }
 
   void destroy(Qp& qp) {
@@ -453,9 +475,10 @@ struct Engine::Impl {
       progress = false;
       for (size_t i = 0; i < act.size();) {
         Qp& qp = *act[i];
-        uint32_t n = qp.type == QpType::kUc ? uc::run(core, qp, kPumpBudget)
-                                            : requester::run(core, qp, kPumpBudget) +
-                                                  responder::run(core, qp, kPumpBudget);
+        uint32_t n = qp.init.type == QpType::kUd   ? datagram::run(core, qp, kPumpBudget)
+                     : qp.init.type == QpType::kUc ? uc::run(core, qp, kPumpBudget)
+                                                   : requester::run(core, qp, kPumpBudget) +
+                                                         responder::run(core, qp, kPumpBudget);
         if (n) {
           progress = true;
           ++i;
@@ -569,13 +592,15 @@ int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCa
   Impl& m = *impl_;
   Pd* pd = nullptr;
   Cq *scq = nullptr, *rcq = nullptr;
+  if (init.type != QpType::kRc && init.type != QpType::kUd && init.type != QpType::kUc)
+    return EINVAL;
   if (int e = Impl::owned(m.pds, owner, init.pdn, &pd)) return e;
   if (int e = Impl::owned(m.cqs, owner, init.send_cqn, &scq)) return e;
   if (int e = Impl::owned(m.cqs, owner, init.recv_cqn, &rcq)) return e;
   Srq* srq = nullptr;
   if (init.srqn)
     if (int e = m.owned_srq(owner, init.srqn, &srq)) return e;
-  if (init.type != QpType::kRc && init.type != QpType::kUc) return EINVAL;
+  if (srq && init.type == QpType::kUd) return EINVAL;  // not built (docs/engine.md §Known gaps)
   const DeviceCaps& c = caps();
   QpCap cap = init.cap;
   if (srq) cap.max_recv_wr = cap.max_recv_sge = 0;  // IB: ignored with an SRQ
@@ -598,7 +623,6 @@ int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCa
   qp->init.cap = cap;
   qp->attr.cap = cap;
   qp->srq = srq;
-  qp->type = init.type;
   qp->sq.resize(pow2_at_least(std::max<uint32_t>(1, cap.max_send_wr)));
   qp->sq_mask = static_cast<uint32_t>(qp->sq.size() - 1);
   // With an SRQ the ring is the window of receives taken from it (srq.h).
@@ -626,7 +650,7 @@ int Engine::modify_qp(OwnerId owner, uint32_t qpn, const QpAttr& attr, uint32_t 
   if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
   QpState next;
   uint32_t gids = static_cast<uint32_t>(port().gids.size());
-  if (int e = check_modify(qp->state, attr, attr_mask, caps(), gids, &next, nullptr, qp->type))
+  if (int e = check_modify(qp->init.type, qp->state, attr, attr_mask, caps(), gids, &next, nullptr))
     return e;
   QpState from = qp->state;
   impl_->apply(*qp, attr, attr_mask);
@@ -731,6 +755,9 @@ void Engine::destroy_owner(OwnerId owner) {
     }
   for (uint32_t i = 1; i < m.cqs.end(); ++i)
     if (Cq* cq = m.cqs.get(i); cq && cq->owner == owner) m.cqs.remove(i);
+  auto& ahs = m.core.ahs();
+  for (uint32_t i = 1; i < ahs.end(); ++i)
+    if (Ah* ah = ahs.get(i); ah && ah->owner == owner) m.remove_ah(i);
   m.core.mrs().remove_owner(owner, [&](const Mr& mr) {
     if (Pd* pd = m.pds.get(mr.pdn)) --pd->refs;
   });
@@ -738,14 +765,36 @@ void Engine::destroy_owner(OwnerId owner) {
     if (Pd* pd = m.pds.get(i); pd && pd->owner == owner) m.pds.remove(i);
 }
 
+int Engine::create_ah(OwnerId owner, uint32_t pdn, const AddressVector& av, uint32_t* ahn) {
+  EntryGuard guard(impl_->busy);
+  Pd* pd = nullptr;
+  if (int e = Impl::owned(impl_->pds, owner, pdn, &pd)) return e;
+  if (av.sgid_index >= port().gids.size()) return EINVAL;
+  uint32_t h = impl_->core.ahs().add(Ah{owner, pdn, av});
+  if (!h) return ENOMEM;
+  ++pd->refs;
+  *ahn = h;
+  return 0;
+}
+
+int Engine::destroy_ah(OwnerId owner, uint32_t ahn) {
+  EntryGuard guard(impl_->busy);
+  Ah* ah = nullptr;
+  if (int e = Impl::owned(impl_->core.ahs(), owner, ahn, &ah)) return e;
+  impl_->remove_ah(ahn);
+  return 0;
+}
+
 int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
   EntryGuard guard(impl_->busy);
   Qp* qp = nullptr;
   if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
-  if (qp->state != QpState::kRts && qp->state != QpState::kSqd && qp->state != QpState::kErr)
+  if (qp->state != QpState::kRts && qp->state != QpState::kSqd && qp->state != QpState::kErr &&
+      qp->state != QpState::kSqe)
     return EINVAL;
   if (static_cast<unsigned>(wr.opcode) > static_cast<unsigned>(WrOpcode::kAtomicFetchAdd))
     return EINVAL;
+  if (qp->init.type == QpType::kUd && datagram::check_post(wr)) return EINVAL;
   bool inl = wr.send_flags & kSendInline;
   bool atomic = wr.opcode == WrOpcode::kAtomicCmpSwap || wr.opcode == WrOpcode::kAtomicFetchAdd;
   if (inl && (wr.inline_data.size() > qp->init.cap.max_inline_data ||
@@ -753,8 +802,9 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
     return EINVAL;
   if (!inl && (wr.num_sge > qp->init.cap.max_send_sge || !wr.inline_data.empty())) return EINVAL;
   if (atomic && (wr.num_sge != 1 || wr.sg[0].length != 8)) return EINVAL;
-  if (qp->type == QpType::kUc && (atomic || wr.opcode == WrOpcode::kRdmaRead)) return EINVAL;
-  if (qp->state == QpState::kErr) return impl_->flush_at_once(*qp, wr.wr_id, true);
+  if (qp->init.type == QpType::kUc && (atomic || wr.opcode == WrOpcode::kRdmaRead)) return EINVAL;
+  if (qp->state == QpState::kErr || qp->state == QpState::kSqe)
+    return impl_->flush_at_once(*qp, wr.wr_id, true);
   if (qp->sq_tail - qp->sq_head >= qp->init.cap.max_send_wr) return ENOMEM;
   SendWqe& w = qp->sqe(qp->sq_tail);
   w.wr = wr;
@@ -831,6 +881,10 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
     c.bump(nullptr, &Counters::rx_drop_unknown_qp);
     return;
   }
+  if (qp->init.type == QpType::kUd) {  // any source may send to it (§13)
+    m.on_datagram(*qp, f, frame.size());
+    return;
+  }
   if (!from_peer(*qp, f.headers)) {
     c.bump(qp, &Counters::rx_drop_wrong_source);
     return;
@@ -856,11 +910,11 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
   }
   qp->counters.rx_packets++;
   qp->counters.rx_bytes += frame.size();
-  if (is_uc(p.mbth.opcode) != (qp->type == QpType::kUc)) {  // the other service's packet
+  if (is_uc(p.mbth.opcode) != (qp->init.type == QpType::kUc)) {  // the other service's packet
     c.bump(qp, &Counters::rx_drop_wrong_service);
     return;
   }
-  if (qp->type == QpType::kUc) {
+  if (qp->init.type == QpType::kUc) {
     uc::on_request(c, *qp, f);
     m.pump();
     m.settle();
@@ -878,6 +932,8 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
     case proto::Opcode::kNack:
     case proto::Opcode::kReadResp:
     case proto::Opcode::kAtomicResp: completer::on_response(c, *qp, f); break;
+    case proto::Opcode::kUdSend:
+    case proto::Opcode::kUdSendImm: c.bump(qp, &Counters::rx_drop_ud_wrong_type); break;
     default: c.bump(qp, &Counters::rx_drop_not_request); break;
   }
   m.pump();

@@ -66,6 +66,18 @@ struct Counters {
   uint64_t rx_drop_read_queue_full = 0;    // READ_REQ while the responder's READ queue is full
   uint64_t rx_held_unordered = 0;  // READ/atomic ahead of a hole, held and run in PSN order
   uint64_t spurious_timeouts = 0;  // RTOs whose first ACK echoed a packet sent before them (undone)
+  // ud: the datagram service (docs/protocol.md §13, datagram.cc), by reason.
+  uint64_t ud_tx_datagrams = 0;         // UD messages sent
+  uint64_t ud_tx_unknown_ah = 0;        // send naming no AH of the QP's owner and PD (kLocQpOpErr)
+  uint64_t ud_tx_oversize = 0;          // send longer than the UD MTU (kLocLenErr)
+  uint64_t ud_rx_delivered = 0;         // datagrams placed into a receive
+  uint64_t rx_drop_ud_qkey = 0;         // DETH Q_Key is not the QP's
+  uint64_t rx_drop_ud_no_recv = 0;      // no receive posted (UD drops, silently for the peer)
+  uint64_t rx_drop_ud_oversize = 0;     // payload longer than the QP's UD MTU
+  uint64_t rx_drop_ud_malformed = 0;    // not one whole message in one packet (offset, LAST)
+  uint64_t rx_drop_ud_wrong_type = 0;   // datagram opcode to an RC QP, or RC opcode to a UD QP
+  uint64_t rx_drop_ud_recv_too_small = 0;  // GRH + payload over the receive (completes kLocLenErr)
+  uint64_t rx_drop_ud_recv_fault = 0;   // receive lkey/bounds/DMA failed (completes in error)
   // srq: shared receive queues (docs/engine.md §Shared receive queues)
   uint64_t srq_limit_events = 0;   // SRQ fell below its armed limit (IBV_EVENT_SRQ_LIMIT_REACHED)
   uint64_t rx_rnr_srq_empty = 0;   // RNR: the QP's SRQ had no receive for the message
@@ -121,6 +133,11 @@ class Engine {
   int modify_qp(OwnerId owner, uint32_t qpn, const QpAttr& attr, uint32_t attr_mask);
   int query_qp(OwnerId owner, uint32_t qpn, QpAttr* attr, QpInitAttr* init) const;
   int destroy_qp(OwnerId owner, uint32_t qpn);
+  // Address handles for UD sends (docs/protocol.md §13.3): a destination
+  // GID with its hop limit and traffic class, in a PD. ENOENT/EPERM for
+  // the PD, EINVAL for a bad sgid_index, ENOMEM when max_ah are in use.
+  int create_ah(OwnerId owner, uint32_t pdn, const AddressVector& av, uint32_t* ahn);
+  int destroy_ah(OwnerId owner, uint32_t ahn);
   // Tear down everything `owner` created (its process exited). Its QPs'
   // peers see errors through the normal retry path.
   void destroy_owner(OwnerId owner);

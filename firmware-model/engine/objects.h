@@ -34,6 +34,13 @@ struct Cq {
   bool overflowed = false;  // kCqErr raised; attached QPs moved to ERR
 };
 
+// An address handle (UD sends name it; docs/protocol.md §13.3).
+struct Ah {
+  OwnerId owner = 0;
+  uint32_t pdn = 0;
+  AddressVector av;
+};
+
 // A table of objects addressed by a small handle. Slot 0 is never used, so
 // handle 0 is always invalid. Freed slots are reused lowest-first.
 template <class T>

@@ -210,7 +210,6 @@ struct Qp {
   WcStatus error_status = WcStatus::kSuccess;  // first error completion since RESET (operators)
   bool sq_drained_reported = false;
 
-  QpType type = QpType::kRc;
   UcReceive uc;  // UC responder: the message being received (uc.h)
 
   // ---- responder ----
@@ -251,6 +250,9 @@ struct Qp {
   bool in_uncommitted = false;  // on Core::uncommitted_
 
   bool in_active = false;  // on Core::active
+
+  // ---- datagram service (UD QPs, datagram.cc) ----
+  uint32_t ud_psn = 0;  // MBTH.psn of the next datagram (sq_psn at RTR -> RTS)
 };
 
 class Core {
@@ -263,6 +265,7 @@ class Core {
   EngineConfig& config() { return config_; }
   Counters& counters() { return counters_; }
   MrTable& mrs() { return mrs_; }
+  Table<Ah>& ahs() { return ahs_; }
   ReceiverCreditInterface* credit() { return credit_.get(); }
   std::vector<uint8_t>& scratch() { return scratch_; }
   std::vector<uint8_t>& lost_paths() { return lost_paths_; }
@@ -272,8 +275,10 @@ class Core {
     counters_.*field += n;
     if (qp) qp->counters.*field += n;
   }
-  // Sends a packet of qp on path (fills addresses and entropy).
-  void send(Qp& qp, const proto::Packet& p, uint8_t path);
+  // Sends a packet of qp on path (fills addresses and entropy), to its
+  // peer (send) or to av (send_to: UD datagrams).
+  void send(Qp& qp, const proto::Packet& p, uint8_t path) { send_to(qp, qp.attr.av, p, path); }
+  void send_to(Qp& qp, const AddressVector& av, const proto::Packet& p, uint8_t path);
   // Posts a completion; a full CQ is counted and its error handled at the
   // end of the current engine entry point (Engine::Impl::settle).
   void complete(Qp& qp, uint32_t cqn, const Completion& wc);
@@ -304,6 +309,7 @@ class Core {
   Hal hal_;
   Counters counters_;
   MrTable mrs_;
+  Table<Ah> ahs_;
   std::unique_ptr<ReceiverCreditInterface> credit_;
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> lost_paths_;
@@ -373,6 +379,24 @@ void on_response(Core& c, Qp& qp, const proto::Frame& f);
 void drain(Core& c, Qp& qp);
 // A WQE failed fatally (NACK, retries exhausted): complete and go to ERR.
 void fail(Core& c, Qp& qp, uint32_t wqe_seq, WcStatus status);
+// The send completion of one WQE (if signalled, or an error).
+void emit(Core& c, Qp& qp, SendWqe& w, WcStatus status);
 }  // namespace completer
+
+// The datagram service of UD QPs (docs/protocol.md §13, datagram.cc): every
+// message one packet, nothing acknowledged or retransmitted.
+namespace datagram {
+bool is_datagram(proto::Opcode op);
+// Payload bytes a UD message may carry over a link with this IP MTU.
+uint32_t mtu(uint32_t link_mtu);
+// What post_send refuses at once on a UD QP (EINVAL): RDMA and atomics.
+int check_post(const SendWr& wr);
+// Sends queued WRs, one packet each, completing each as it leaves; a WR
+// that cannot be sent fails the send queue (SQE). Returns packets sent.
+uint32_t run(Core& c, Qp& qp, uint32_t budget);
+// A frame addressed to a UD QP: checked, placed behind its GRH, completed,
+// or dropped and counted by reason.
+void on_frame(Core& c, Qp& qp, const proto::Frame& f);
+}  // namespace datagram
 
 }  // namespace metaroce::fw

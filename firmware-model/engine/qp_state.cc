@@ -54,6 +54,40 @@ Transition table_entry(QpState cur, QpState next) {
   return {};
 }
 
+// UD: Q_Key where RC has access flags; no AV, path MTU, PSN on receive,
+// timers or RDMA resources.
+Transition ud_entry(QpState cur, QpState next) {
+  using S = QpState;
+  constexpr uint32_t kAnyUd = kAttrCurState | kAttrQkey;
+  if (next == S::kReset || next == S::kErr) return {true, 0, 0};
+  switch (cur) {
+    case S::kReset:
+      if (next == S::kInit) return {true, kAttrPkeyIndex | kAttrPort | kAttrQkey, 0};
+      break;
+    case S::kInit:
+      if (next == S::kInit) return {true, 0, kAttrPkeyIndex | kAttrPort | kAttrQkey};
+      if (next == S::kRtr) return {true, 0, kAttrPkeyIndex | kAttrQkey};
+      break;
+    case S::kRtr:
+      if (next == S::kRts) return {true, kAttrSqPsn, kAnyUd};
+      break;
+    case S::kRts:
+      if (next == S::kRts) return {true, 0, kAnyUd};
+      if (next == S::kSqd) return {true, 0, 0};
+      break;
+    case S::kSqd:
+      if (next == S::kRts) return {true, 0, kAnyUd};
+      if (next == S::kSqd) return {true, 0, kAnyUd | kAttrPkeyIndex};
+      break;
+    case S::kSqe:
+      if (next == S::kRts) return {true, 0, kAnyUd};
+      break;
+    case S::kErr:
+      break;
+  }
+  return {};
+}
+
 bool valid_mtu(uint32_t m) { return m == 256 || m == 512 || m == 1024 || m == 2048 || m == 4096; }
 
 // Range checks of the attributes present in mask. Returns a reason or null.
@@ -81,13 +115,21 @@ const char* check_values(const QpAttr& a, uint32_t mask, const DeviceCaps& caps,
 }  // namespace
 
 Transition rc_transition(QpState cur, QpState next) { return table_entry(cur, next); }
+Transition ud_transition(QpState cur, QpState next) { return ud_entry(cur, next); }
 
 int check_modify(QpState cur, const QpAttr& attr, uint32_t mask, const DeviceCaps& caps,
-                 uint32_t num_gids, QpState* next, const char** why, QpType type) {
+                 uint32_t num_gids, QpState* next, const char** why) {
+  return check_modify(QpType::kRc, cur, attr, mask, caps, num_gids, next, why);
+}
+
+int check_modify(QpType type, QpState cur, const QpAttr& attr, uint32_t mask,
+                 const DeviceCaps& caps, uint32_t num_gids, QpState* next, const char** why) {
   const char* reason = nullptr;
   QpState to = (mask & kAttrState) ? attr.qp_state : cur;
-  Transition t = table_entry(cur, to);
-  if (type == QpType::kUc) {
+  Transition t = static_cast<unsigned>(to) > 6 ? Transition{}
+                 : type == QpType::kUd         ? ud_entry(cur, to)
+                                               : table_entry(cur, to);
+  if (type == QpType::kUc) {  // RC's table without reliability and responder resources
     constexpr uint32_t kRcOnly = kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMinRnrTimer |
                                  kAttrMaxQpRdAtomic | kAttrMaxDestRdAtomic;
     t.required &= ~kRcOnly;

@@ -102,7 +102,7 @@ enum class WcOpcode : uint8_t {  // ibv_wc_opcode
   kRecvRdmaWithImm = 129,
 };
 
-enum WcFlag : uint32_t { kWcWithImm = 2 };  // ibv_wc_flags
+enum WcFlag : uint32_t { kWcGrh = 1, kWcWithImm = 2 };  // ibv_wc_flags
 
 enum class EventType : uint8_t {  // ibv_event_type
   kCqErr = 0,
@@ -137,6 +137,10 @@ struct SendWr {
   uint32_t num_sge = 0;
   std::array<Sge, kMaxSge> sg{};
   std::vector<uint8_t> inline_data;  // with kSendInline: the data itself
+  // UD (docs/protocol.md §13): where the datagram goes.
+  uint32_t ah = 0;           // address handle (Engine::create_ah)
+  uint32_t remote_qpn = 0;   // 24 bits
+  uint32_t remote_qkey = 0;  // high bit set: use the QP's own Q_Key (§13.4)
 };
 
 struct RecvWr {
@@ -154,7 +158,12 @@ struct Completion {  // mirrors struct ibv_wc's fields the engine fills
   uint32_t imm = 0;       // host order
   uint32_t qp_num = 0;
   uint32_t src_qp = 0;
-  uint32_t wc_flags = 0;  // kWcWithImm
+  uint32_t wc_flags = 0;  // kWcWithImm, kWcGrh
+  // UD receives: RoCE has no LIDs or service levels; what IB fills.
+  uint16_t slid = 0;
+  uint8_t sl = 0;
+  uint8_t dlid_path_bits = 0;
+  uint16_t pkey_index = 0;
 };
 
 struct QpCap {
@@ -166,6 +175,7 @@ struct QpCap {
 };
 
 struct QpInitAttr {
+  QpType type = QpType::kRc;
   uint32_t pdn = 0;
   uint32_t send_cqn = 0;
   uint32_t recv_cqn = 0;
@@ -174,7 +184,6 @@ struct QpInitAttr {
   // A shared receive queue (docs/engine.md §Shared receive queues): 0 none.
   // With one, cap.max_recv_wr/max_recv_sge are ignored (reported 0).
   uint32_t srqn = 0;
-  QpType type = QpType::kRc;  // kRc or kUc (docs/engine.md §Unreliable connected)
 };
 
 // ibv_srq_attr and ibv_srq_attr_mask.
@@ -212,6 +221,7 @@ struct QpAttr {
   uint8_t max_rd_atomic = 16;
   uint8_t max_dest_rd_atomic = 16;
   uint32_t dest_qp_num = 0;
+  uint32_t qkey = 0;  // UD
   QpCap cap;
 };
 
@@ -233,6 +243,7 @@ struct DeviceCaps {
   uint32_t max_inline = kMaxInline;
   uint32_t max_msg_size = 1u << 31;
   uint32_t max_srq = 1024;  // SRQs hold max_qp_wr WQEs of max_sge SGEs at most
+  uint32_t max_ah = 65536;
 };
 
 }  // namespace metaroce::fw

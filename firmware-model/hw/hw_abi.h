@@ -35,7 +35,7 @@ extern "C" {
 /* Version handshake: the firmware's interface major must equal the
  * driver's; minors are backward compatible. */
 #define MROCE_HW_IF_MAJOR 1
-#define MROCE_HW_IF_MINOR 0
+#define MROCE_HW_IF_MINOR 1 /* 1.1: QUERY_QP_TRANSPORT, completion syndromes */
 
 /* ---------------- BAR0 register map (byte offsets) ---------------- */
 enum mroce_hw_reg {
@@ -60,6 +60,12 @@ enum mroce_hw_reg {
 };
 #define MROCE_HW_DB_STRIDE 0x1000
 #define MROCE_HW_BAR0_SIZE 0x02010000 /* covers 4096 QP and 4096 CQ doorbell pages */
+/* The doorbell page of QP n is page (n & MROCE_HW_DB_INDEX_MASK): a QPN's low
+ * 12 bits are its slot in the device's QP table (the bits above are a
+ * generation), unique among live QPs. CQ numbers are below 4096 (QUERY_CAPS
+ * reports max_cq <= 4095) and index their page directly. */
+#define MROCE_HW_DB_INDEX_MASK 0xfffu
+#define MROCE_HW_DB_PAGES 4096u
 
 /* Inside a QP doorbell page. Each write is the new free-running producer
  * index of that ring, written after the WQEs and the ring header's
@@ -97,6 +103,36 @@ enum mroce_hw_admin_op {
   MROCE_ADMIN_DESTROY_QP = 12,    /* handle: qpn */
   MROCE_ADMIN_DESTROY_OWNER = 13, /* everything `owner` created */
   MROCE_ADMIN_QUERY_COUNTERS = 14,/* handle: qpn or 0xffffffff; out: mroce_query_counters_resp + counters */
+  MROCE_ADMIN_QUERY_QP_TRANSPORT = 15, /* handle: qpn; out: struct mroce_qp_transport_resp (1.1) */
+};
+
+/* Why the device failed a command (mroce_hw_admin_cpl.syndrome), beside the
+ * errno in `status`: the driver turns it into the reason it reports. */
+#define MROCE_HW_SYNDROMES(X)                                                        \
+  X(NONE, "")                                                                       \
+  X(BAD_OPCODE, "unknown admin opcode")                                             \
+  X(NO_INPUT, "input mailbox missing or shorter than the command's input")           \
+  X(NO_OUTPUT, "output mailbox missing or shorter than the command's output")        \
+  X(MAILBOX_UNMAPPED, "a mailbox IOVA is not mapped for device DMA")                 \
+  X(PASID_UNBOUND, "the owner PASID is not bound to an address space")               \
+  X(ENGINE, "the transport refused the request")                                    \
+  X(RING_GEOMETRY, "ring entries are not a power of two within the device's limit")  \
+  X(RING_UNMAPPED, "a ring IOVA is not mapped for device DMA")                       \
+  X(NO_DOORBELL, "the object number has no doorbell page")                          \
+  X(BAD_PORT, "more GIDs than the port table holds")                                \
+  X(NO_SUCH_OBJECT, "no such object")
+enum mroce_hw_syndrome {
+#define MROCE_HW_SYNDROME_ENUM(name, text) MROCE_SYN_##name,
+  MROCE_HW_SYNDROMES(MROCE_HW_SYNDROME_ENUM)
+#undef MROCE_HW_SYNDROME_ENUM
+};
+
+/* Why the device stopped (FATAL_CODE while DEV_STATUS.FATAL). */
+enum mroce_hw_fatal_code {
+  MROCE_FATAL_NONE = 0,
+  MROCE_FATAL_AQ_UNMAPPED = 1,  /* AQ/ACQ base + depth not mapped for DMA, or depth not 2^n */
+  MROCE_FATAL_AQ_TAIL = 2,      /* AQ_TAIL more than AQ_DEPTH ahead of the device */
+  MROCE_FATAL_EQ_UNMAPPED = 3,  /* EQ base + depth not mapped for DMA, or depth not 2^n */
 };
 
 /* Flags of a command. */
@@ -121,7 +157,7 @@ struct mroce_hw_admin_cpl {
   uint32_t cmd_id;
   uint16_t status;     /* 0, or a Linux errno value (EINVAL, ENOMEM, EBUSY, ENOENT, ...) */
   uint8_t phase;       /* 1 on the first pass over the ring, 0 on the second, ... */
-  uint8_t reserved;
+  uint8_t syndrome;    /* enum mroce_hw_syndrome: why status is not 0 */
   uint32_t result;     /* the created handle */
   uint32_t result2;    /* REG_MR: rkey */
 };

@@ -1,16 +1,30 @@
 #include "firmware-model/hw/hw_offload_backend.h"
 
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 namespace metaroce::hw {
 
 namespace {
 
 constexpr size_t kPage = 4096;
+constexpr size_t kMailbox = 16384;  // QUERY_COUNTERS: the header and 256 counters
+constexpr uint32_t kMaxCounters = 256;
+
+uint64_t mono_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
 
 uint32_t round_up_pow2(uint32_t v) {
   uint32_t p = 1;
@@ -29,8 +43,19 @@ const char* admin_name(uint16_t op) {
       "?",          "QUERY_CAPS", "SET_PORT",  "CREATE_PD",     "DESTROY_PD",
       "REG_MR",     "DEREG_MR",   "CREATE_CQ", "DESTROY_CQ",    "CREATE_QP",
       "MODIFY_QP",  "QUERY_QP",   "DESTROY_QP", "DESTROY_OWNER", "QUERY_COUNTERS",
+      "QUERY_QP_TRANSPORT",
   };
   return op < std::size(kNames) ? kNames[op] : "?";
+}
+
+// The reason a device gives with a failed command (hw_abi.h syndromes).
+const char* syndrome_text(uint8_t s) {
+  static const char* const kText[] = {
+#define MROCE_X(name, text) text,
+      MROCE_HW_SYNDROMES(MROCE_X)
+#undef MROCE_X
+  };
+  return s < std::size(kText) ? kText[s] : "unknown syndrome";
 }
 
 // Index ownership and ordering as docs/device-abi.md §Rings: the producer
@@ -73,9 +98,57 @@ HwOffloadBackend::HwOffloadBackend(RegisterSpaceInterface& bar0, EventSink& even
   caps_.max_qp = caps_.max_cq = 0;  // nothing until QUERY_CAPS answers
 }
 
+HwOffloadBackend::~HwOffloadBackend() {
+  if (aq_.data()) {  // the device was programmed: stop its DMA before the memory goes
+    bar0_.write32(MROCE_REG_DEV_CTRL, MROCE_CTRL_RESET);
+    uint32_t st = 0;
+    wait_ready(&st);
+    for (const DmaBuffer* b : {&aq_, &acq_, &eq_, &in_, &out_}) unmap(*b);
+    for (auto& [cqn, cq] : cqs_) unmap(cq.ring.mem);
+    for (auto& [qpn, qp] : qps_) {
+      unmap(qp.sq.mem);
+      unmap(qp.rq.mem);
+    }
+  }
+  if (irq_fd_ >= 0) {
+    bar0_.set_irq(-1);
+    close(irq_fd_);
+  }
+}
+
 int HwOffloadBackend::fail(int err, std::string why) {
   last_error_ = std::move(why);
   return err;
+}
+
+// Whether to read a status once more: poll_budget reads back to back,
+// then, with a wall-clock timeout, reads spaced by short sleeps until it
+// passes (a model thread on a loaded machine; yielding lets it run).
+bool HwOffloadBackend::keep_waiting(uint32_t i, uint64_t start_ns) const {
+  if (i < options_.poll_budget) {
+    if (options_.wait_timeout_ns) sched_yield();
+    return true;
+  }
+  if (!options_.wait_timeout_ns || mono_ns() - start_ns >= options_.wait_timeout_ns) return false;
+  std::this_thread::sleep_for(std::chrono::microseconds(20));
+  return true;
+}
+
+// After DEV_CTRL = RESET: READY, or ETIMEDOUT.
+int HwOffloadBackend::wait_ready(uint32_t* st) {
+  uint64_t start = mono_ns();
+  for (uint32_t i = 0; keep_waiting(i, start); i++) {
+    *st = bar0_.read32(MROCE_REG_DEV_STATUS);
+    if (*st & MROCE_STATUS_READY) return 0;
+  }
+  return ETIMEDOUT;
+}
+
+int HwOffloadBackend::map(const DmaBuffer& b) {
+  if (int err = bar0_.map_dma(b.iova(), b.data(), b.size()))
+    return fail(err, "cannot map " + std::to_string(b.size()) + " bytes for device DMA: " +
+                         std::strerror(err));
+  return 0;
 }
 
 // ---------------- bring-up ----------------
@@ -88,11 +161,7 @@ int HwOffloadBackend::reset_and_handshake() {
     return fail(ENODEV, "no MetaRoCE device answers on BAR0 (DEV_ID reads " + hex(id) + ")");
   bar0_.write32(MROCE_REG_DEV_CTRL, MROCE_CTRL_RESET);
   uint32_t st = 0;
-  for (uint32_t i = 0; i < options_.poll_budget; i++) {
-    st = bar0_.read32(MROCE_REG_DEV_STATUS);
-    if (st & MROCE_STATUS_READY) break;
-  }
-  if (!(st & MROCE_STATUS_READY))
+  if (wait_ready(&st))
     return fail(ETIMEDOUT, "device did not finish reset (DEV_STATUS " + hex(st) + ")");
   if (st & MROCE_STATUS_FATAL)
     return fail(EIO, "device reports a fatal error after reset (code " +
@@ -102,6 +171,7 @@ int HwOffloadBackend::reset_and_handshake() {
     return fail(EPROTO, "firmware interface " + std::to_string(fw >> 16) + "." +
                             std::to_string(fw & 0xffff) + ", this driver speaks " +
                             std::to_string(MROCE_HW_IF_MAJOR) + ".x: update one of them");
+  fw_minor_ = fw & 0xffff;
   bar0_.write32(MROCE_REG_DRV_VERSION, MROCE_HW_IF_MAJOR << 16 | MROCE_HW_IF_MINOR);
   return 0;
 }
@@ -112,6 +182,9 @@ void HwOffloadBackend::program_queues() {
   aq_ = DmaBuffer(size_t{ad} * sizeof(mroce_hw_admin_cmd));
   acq_ = DmaBuffer(size_t{ad} * sizeof(mroce_hw_admin_cpl));
   eq_ = DmaBuffer(size_t{ed} * sizeof(mroce_hw_eqe));
+  in_ = DmaBuffer(kMailbox);
+  out_ = DmaBuffer(kMailbox);
+  for (const DmaBuffer* b : {&aq_, &acq_, &eq_, &in_, &out_}) map(*b);
   options_.admin_depth = ad;
   options_.event_depth = ed;
   aq_tail_ = acq_head_ = eq_head_ = 0;
@@ -127,11 +200,24 @@ void HwOffloadBackend::program_queues() {
   bar0_.write32(MROCE_REG_INTR_MASK, 0);
 }
 
+// MSI-X vector 0 to an eventfd the daemon's loop waits on (wait_fd()).
+void HwOffloadBackend::setup_interrupt() {
+  if (irq_fd_ >= 0) return;
+  int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) return;  // no interrupt: the event ring is polled
+  if (bar0_.set_irq(fd) == 0) {
+    irq_fd_ = fd;
+  } else {
+    close(fd);
+  }
+}
+
 int HwOffloadBackend::bring_up(std::string* why) {
   up_ = false;
   int err = reset_and_handshake();
   if (!err) {
     program_queues();
+    setup_interrupt();
     up_ = true;
     mroce_device_attr attr{};
     Admin q;
@@ -166,7 +252,10 @@ int HwOffloadBackend::admin(Admin& a) {
   if (!up_) return fail(ENODEV, std::string(admin_name(a.op)) + ": the device is not up");
   if (aq_tail_ - acq_head_ >= options_.admin_depth)
     return fail(EBUSY, "admin queue full");  // single-threaded: cannot happen
-  DmaBuffer in(a.in_len ? a.in_len : 0), out(a.out_len ? a.out_len : 0);
+  if (a.in_len > in_.size() || a.out_len > out_.size())
+    return fail(EINVAL, std::string(admin_name(a.op)) + ": mailbox larger than " +
+                            std::to_string(kMailbox) + " bytes");
+  DmaBuffer &in = in_, &out = out_;
   mroce_hw_admin_cmd c{};
   c.opcode = a.op;
   c.cmd_id = next_cmd_id_++;
@@ -188,9 +277,12 @@ int HwOffloadBackend::admin(Admin& a) {
   bar0_.write32(MROCE_REG_AQ_TAIL, ++aq_tail_);
   mroce_hw_admin_cpl cpl{};
   if (int err = wait_admin_completion(a, c.cmd_id, &cpl)) return err;
-  if (cpl.status)
-    return fail(cpl.status, std::string(admin_name(a.op)) + " failed in firmware: " +
-                                std::strerror(cpl.status));
+  if (cpl.status) {
+    std::string why = std::string(admin_name(a.op)) + " failed in firmware: " +
+                      std::strerror(cpl.status);
+    if (cpl.syndrome) why += std::string(" (") + syndrome_text(cpl.syndrome) + ")";
+    return fail(cpl.status, why);
+  }
   if (a.out_len) std::memcpy(a.out, out.data(), a.out_len);
   a.result = cpl.result;
   a.result2 = cpl.result2;
@@ -203,7 +295,8 @@ int HwOffloadBackend::wait_admin_completion(const Admin& a, uint32_t cmd_id,
   auto* slot = reinterpret_cast<mroce_hw_admin_cpl*>(acq_.data()) +
                (acq_head_ & (options_.admin_depth - 1));
   uint8_t phase = expected_phase(acq_head_, options_.admin_depth);
-  for (uint32_t i = 0; i < options_.poll_budget; i++) {
+  uint64_t start = mono_ns();
+  for (uint32_t i = 0; keep_waiting(i, start); i++) {
     if (load_phase(slot->phase) == phase) {
       std::memcpy(cpl, slot, sizeof(*cpl));
       bar0_.write32(MROCE_REG_ACQ_HEAD, ++acq_head_);
@@ -241,7 +334,25 @@ int HwOffloadBackend::set_port(const fw::PortInfo& port) {
   return admin(a);
 }
 
+// Shared virtual addressing: the owner's address space is bound to its
+// PASID before the device is given any of its objects.
+int HwOffloadBackend::bind_owner(fw::OwnerId owner) {
+  if (!up_ || !options_.binder || bound_.count(owner)) return 0;  // admin() says why if down
+  std::string why;
+  if (int err = options_.binder->bind(owner, &why))
+    return fail(err, "cannot bind PASID " + std::to_string(owner) + ": " + why);
+  bound_.insert(owner);
+  return 0;
+}
+
+// With an interrupt, every CQ stays armed for ANY: the daemon relays each
+// completion to the application's ring, so each must wake it.
+void HwOffloadBackend::arm_for_interrupt(uint32_t cqn) {
+  if (irq_fd_ >= 0) bar0_.write32(cq_db(cqn) + MROCE_DB_CQ_ARM, MROCE_CQ_ARM_ANY);
+}
+
 int HwOffloadBackend::create_pd(fw::OwnerId owner, uint32_t* pdn) {
+  if (int err = bind_owner(owner)) return err;
   Admin a;
   a.op = MROCE_ADMIN_CREATE_PD;
   a.owner = owner;
@@ -260,6 +371,7 @@ int HwOffloadBackend::destroy_pd(fw::OwnerId owner, uint32_t pdn) {
 
 int HwOffloadBackend::reg_mr(fw::OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length,
                              uint32_t access, fw::MrKeys* keys) {
+  if (int err = bind_owner(owner)) return err;
   mroce_reg_mr_req in{addr, length, pdn, access};
   Admin a;
   a.op = MROCE_ADMIN_REG_MR;
@@ -282,18 +394,24 @@ int HwOffloadBackend::dereg_mr(fw::OwnerId owner, uint32_t lkey) {
 int HwOffloadBackend::create_cq(fw::OwnerId owner, uint32_t entries, uint32_t* cqn) {
   if (entries == 0 || (caps_.max_cqe && entries > caps_.max_cqe))
     return fail(EINVAL, "CQ entries must be 1.." + std::to_string(caps_.max_cqe));
+  if (int err = bind_owner(owner)) return err;
   Cq cq;
   cq.owner = owner;
   cq.ring = make_ring(round_up_pow2(entries), sizeof(mroce_cqe));
+  if (int err = map(cq.ring.mem)) return err;
   mroce_hw_create_cq in{cq.ring.mem.iova(), cq.ring.view.entries, 0};
   Admin a;
   a.op = MROCE_ADMIN_CREATE_CQ;
   a.owner = owner;
   a.in = &in;
   a.in_len = sizeof(in);
-  if (int err = admin(a)) return err;
+  if (int err = admin(a)) {
+    unmap(cq.ring.mem);
+    return err;
+  }
   *cqn = a.result;
   cqs_[a.result] = std::move(cq);
+  arm_for_interrupt(a.result);
   return 0;
 }
 
@@ -303,12 +421,17 @@ int HwOffloadBackend::destroy_cq(fw::OwnerId owner, uint32_t cqn) {
   a.owner = owner;
   a.handle = cqn;
   int err = admin(a);
-  if (!err) cqs_.erase(cqn);  // the device no longer writes the ring: free it after
+  auto it = cqs_.find(cqn);
+  if (!err && it != cqs_.end()) {  // the device no longer writes the ring: free it after
+    unmap(it->second.ring.mem);
+    cqs_.erase(it);
+  }
   return err;
 }
 
 int HwOffloadBackend::create_qp(fw::OwnerId owner, const fw::QpInitAttr& init, uint32_t* qpn,
                                 fw::QpCap* actual) {
+  if (int err = bind_owner(owner)) return err;
   Qp qp;
   qp.owner = owner;
   qp.send_cqn = init.send_cqn;
@@ -325,6 +448,11 @@ int HwOffloadBackend::create_qp(fw::OwnerId owner, const fw::QpInitAttr& init, u
   in.rq_entries = qp.rq.view.entries;
   in.sq_ring_iova = qp.sq.mem.iova();
   in.rq_ring_iova = qp.rq.mem.iova();
+  if (int err = map(qp.sq.mem)) return err;
+  if (int err = map(qp.rq.mem)) {
+    unmap(qp.sq.mem);
+    return err;
+  }
   mroce_qp_cap out{};
   Admin a;
   a.op = MROCE_ADMIN_CREATE_QP;
@@ -333,7 +461,11 @@ int HwOffloadBackend::create_qp(fw::OwnerId owner, const fw::QpInitAttr& init, u
   a.in_len = sizeof(in);
   a.out = &out;
   a.out_len = sizeof(out);
-  if (int err = admin(a)) return err;
+  if (int err = admin(a)) {
+    unmap(qp.sq.mem);
+    unmap(qp.rq.mem);
+    return err;
+  }
   *qpn = a.result;
   *actual = to_fw(out);
   qps_[a.result] = std::move(qp);
@@ -379,7 +511,12 @@ int HwOffloadBackend::destroy_qp(fw::OwnerId owner, uint32_t qpn) {
   a.owner = owner;
   a.handle = qpn;
   int err = admin(a);
-  if (!err) qps_.erase(qpn);
+  auto it = qps_.find(qpn);
+  if (!err && it != qps_.end()) {
+    unmap(it->second.sq.mem);
+    unmap(it->second.rq.mem);
+    qps_.erase(it);
+  }
   return err;
 }
 
@@ -387,9 +524,21 @@ void HwOffloadBackend::destroy_owner(fw::OwnerId owner) {
   Admin a;
   a.op = MROCE_ADMIN_DESTROY_OWNER;
   a.owner = owner;
-  admin(a);  // on failure the device is reset anyway (up_ false): rings go below
-  std::erase_if(qps_, [&](const auto& kv) { return kv.second.owner == owner; });
-  std::erase_if(cqs_, [&](const auto& kv) { return kv.second.owner == owner; });
+  // On failure the device is down (up_ false) and is reset before the
+  // memory goes; the binding stays until then.
+  bool done = admin(a) == 0;
+  std::erase_if(qps_, [&](const auto& kv) {
+    if (kv.second.owner != owner) return false;
+    unmap(kv.second.sq.mem);
+    unmap(kv.second.rq.mem);
+    return true;
+  });
+  std::erase_if(cqs_, [&](const auto& kv) {
+    if (kv.second.owner != owner) return false;
+    unmap(kv.second.ring.mem);
+    return true;
+  });
+  if (done && bound_.erase(owner)) options_.binder->unbind(owner);
 }
 
 // ---------------- data path ----------------
@@ -468,25 +617,38 @@ int HwOffloadBackend::harvest_cq(uint32_t cqn, Cq& cq) {
   return n;
 }
 
+// The interrupt is consumed first, then the event ring drained and the
+// interrupt re-armed (EQ_HEAD), so an event after the drain interrupts
+// again. Every CQ is harvested (completion events only wake us), and the
+// CQs that notified are armed again after their harvest.
 int HwOffloadBackend::service(fw::Time) {
   if (!up_) return 0;
+  uint64_t irqs;
+  if (irq_fd_ >= 0) (void)!::read(irq_fd_, &irqs, sizeof(irqs));
   int work = 0;
+  std::vector<uint32_t> notified;
   auto* eqes = reinterpret_cast<mroce_hw_eqe*>(eq_.data());
   for (;;) {
     mroce_hw_eqe& e = eqes[eq_head_ & (options_.event_depth - 1)];
     if (load_phase(e.phase) != expected_phase(eq_head_, options_.event_depth)) break;
-    if (e.type != MROCE_EQE_COMPLETION) events_.async_event(static_cast<fw::EventType>(e.type), e.element);
+    if (e.type == MROCE_EQE_COMPLETION) {
+      notified.push_back(e.element);
+    } else {
+      events_.async_event(static_cast<fw::EventType>(e.type), e.element);
+    }
     eq_head_++;
     work++;
   }
   if (work) bar0_.write32(MROCE_REG_EQ_HEAD, (eq_head_ & 0x7fffffffu) | 0x80000000u);
-  for (auto& [cqn, cq] : cqs_) work += harvest_cq(cqn, cq);  // completion EQEs only wake us
+  for (auto& [cqn, cq] : cqs_) work += harvest_cq(cqn, cq);
   if (work) events_.publish();  // the device wrote each CQE after its data
+  for (uint32_t cqn : notified)
+    if (cqs_.count(cqn)) arm_for_interrupt(cqn);
   return work;
 }
 
 int HwOffloadBackend::query_counters(uint32_t qpn, std::vector<NamedCounter>* out) {
-  constexpr uint32_t kMax = 64;
+  constexpr uint32_t kMax = kMaxCounters;
   std::vector<uint8_t> buf(sizeof(mroce_query_counters_resp) + kMax * sizeof(mroce_counter));
   Admin a;
   a.op = MROCE_ADMIN_QUERY_COUNTERS;
@@ -506,9 +668,34 @@ int HwOffloadBackend::query_counters(uint32_t qpn, std::vector<NamedCounter>* ou
   return 0;
 }
 
-int HwOffloadBackend::qp_transport(uint32_t qpn, fw::Time, fw::QpTransportStats*) {
+int HwOffloadBackend::qp_transport(uint32_t qpn, fw::Time, fw::QpTransportStats* out) {
   if (!qps_.count(qpn)) return fail(ENOENT, "qp_transport: no such QP");
-  return fail(EOPNOTSUPP, "qp_transport: hw interface 1.x reports no transport statistics");
+  if (fw_minor_ < 1)
+    return fail(EOPNOTSUPP, "qp_transport: firmware interface 1.0 reports no transport statistics");
+  mroce_qp_transport_resp r{};
+  Admin a;
+  a.op = MROCE_ADMIN_QUERY_QP_TRANSPORT;
+  a.handle = qpn;
+  a.out = &r;
+  a.out_len = sizeof(r);
+  if (int err = admin(a)) return err;
+  out->srtt = r.srtt_ns;
+  out->min_rtt = r.min_rtt_ns;
+  out->rttvar = r.rttvar_ns;
+  out->rto = r.rto_ns;
+  out->cwnd_bytes = r.cwnd_bytes;
+  out->pacing_rate_bps = r.pacing_rate_bps;
+  out->bytes_in_flight = r.bytes_in_flight;
+  out->pkts_in_flight = r.pkts_in_flight;
+  out->lost = r.lost;
+  out->state = static_cast<fw::QpState>(r.qp_state);
+  out->error_status = static_cast<fw::WcStatus>(r.error_status);
+  r.cc[sizeof(r.cc) - 1] = 0;
+  out->cc = r.cc;
+  out->path_weights.clear();
+  for (uint32_t i = 0; i < std::min<uint32_t>(r.num_paths, MROCE_MAX_PATHS); i++)
+    out->path_weights.push_back(r.path_weight_ppm[i] / 1e6);
+  return 0;
 }
 
 std::string HwOffloadBackend::describe_qp(uint32_t qpn) {

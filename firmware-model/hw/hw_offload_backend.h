@@ -6,18 +6,21 @@
 // ENODEV.
 //
 // Host memory shared with the device (admin rings, mailboxes, event ring,
-// work and completion rings) is allocated here, page aligned. Its "IOVA" is
-// its virtual address: a real driver maps each buffer through the IOMMU
-// (VFIO_IOMMU_MAP_DMA) and programs the IOVA it chose. Memory registered
-// by applications (MRs) is addressed by the device in the owner's address
-// space through PCIe PASID + IOMMU shared virtual addressing: `owner` in
-// each admin command is that PASID, so MRs need no page lists.
+// work and completion rings) is allocated here, page aligned, and mapped
+// for the device's DMA with map_dma() (VFIO_IOMMU_MAP_DMA) at the IOVA that
+// is its virtual address. Memory registered by applications (MRs) is
+// addressed by the device in the owner's address space through PCIe PASID
+// + IOMMU shared virtual addressing: `owner` in each admin command is that
+// PASID, bound (HwOptions::binder) before the owner's first object, so MRs
+// need no page lists.
 //
-// Single-threaded, like the daemon's loop.
+// Single-threaded, like the daemon's loop: the driver's calls run on one
+// thread; the device runs on its own (silicon, or the device model).
 #pragma once
 
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -51,12 +54,23 @@ struct HwOptions {
   // Status-register reads while waiting for reset or an admin completion
   // before giving up. Real hardware: ~1 us each, plus a sleep between.
   uint32_t poll_budget = 1000;
+  // Then, if not 0, keep waiting up to this long (wall clock), sleeping
+  // briefly between reads: a device model in another thread on a busy
+  // machine answers in milliseconds, not microseconds.
+  uint64_t wait_timeout_ns = 0;
+  // Binds an owner's address space to its PASID before its first object
+  // (nullptr: the platform binds them itself).
+  PasidBinderInterface* binder = nullptr;
 };
 
 class HwOffloadBackend final : public TransportBackend {
  public:
   HwOffloadBackend(RegisterSpaceInterface& bar0, EventSink& events,
                    const HwOptions& options = {});
+  // Quiesces the device (reset, READY) before the memory it DMAs is freed.
+  ~HwOffloadBackend() override;
+  HwOffloadBackend(const HwOffloadBackend&) = delete;
+  HwOffloadBackend& operator=(const HwOffloadBackend&) = delete;
 
   // Firmware bring-up: reset, version handshake, admin queue, event
   // queue, capability query. 0, or an errno with *why.
@@ -89,9 +103,12 @@ class HwOffloadBackend final : public TransportBackend {
   int request_notify(uint32_t cqn, bool solicited_only) override;
   int service(fw::Time now) override;
   fw::Time next_deadline() const override { return fw::kNever; }  // interrupt driven
+  // The event interrupt's eventfd (VFIO_DEVICE_SET_IRQS); -1 when the
+  // device offers none (the event ring is then found on polling passes).
+  int wait_fd() const override { return irq_fd_; }
   int query_counters(uint32_t qpn, std::vector<NamedCounter>* out) override;
   std::vector<uint32_t> qp_numbers() override;
-  // Interface 1.x has no admin command for transport statistics.
+  // QUERY_QP_TRANSPORT (interface 1.1); EOPNOTSUPP on 1.0 firmware.
   int qp_transport(uint32_t qpn, fw::Time now, fw::QpTransportStats* out) override;
   std::string describe_qp(uint32_t qpn) override;
 
@@ -122,13 +139,22 @@ class HwOffloadBackend final : public TransportBackend {
   };
 
   int fail(int err, std::string why);
+  int wait_ready(uint32_t* status);
+  bool keep_waiting(uint32_t i, uint64_t start_ns) const;
   int reset_and_handshake();
   void program_queues();
+  void setup_interrupt();
+  int map(const DmaBuffer& b);
+  void unmap(const DmaBuffer& b) { bar0_.unmap_dma(b.iova()); }
+  int bind_owner(fw::OwnerId owner);
+  void arm_for_interrupt(uint32_t cqn);
   int admin(Admin& cmd);
   int wait_admin_completion(const Admin& cmd, uint32_t cmd_id, mroce_hw_admin_cpl* cpl);
   int harvest_cq(uint32_t cqn, Cq& cq);
   int post_wqe(fw::OwnerId owner, uint32_t qpn, const mroce_send_wqe& w, const char* what);
-  static uint64_t qp_db(uint32_t qpn) { return MROCE_REG_QP_DB_BASE + uint64_t{qpn} * MROCE_HW_DB_STRIDE; }
+  static uint64_t qp_db(uint32_t qpn) {
+    return MROCE_REG_QP_DB_BASE + uint64_t{qpn & MROCE_HW_DB_INDEX_MASK} * MROCE_HW_DB_STRIDE;
+  }
   static uint64_t cq_db(uint32_t cqn) { return MROCE_REG_CQ_DB_BASE + uint64_t{cqn} * MROCE_HW_DB_STRIDE; }
 
   RegisterSpaceInterface& bar0_;
@@ -137,7 +163,10 @@ class HwOffloadBackend final : public TransportBackend {
   bool up_ = false;
   std::string last_error_;
   fw::DeviceCaps caps_;
-  DmaBuffer aq_, acq_, eq_;
+  DmaBuffer aq_, acq_, eq_, in_, out_;  // rings and the two mailboxes
+  int irq_fd_ = -1;
+  uint32_t fw_minor_ = 0;
+  std::set<fw::OwnerId> bound_;  // owners whose PASID is bound
   uint32_t aq_tail_ = 0, acq_head_ = 0, eq_head_ = 0, next_cmd_id_ = 1;
   std::map<uint32_t, Cq> cqs_;
   std::map<uint32_t, Qp> qps_;

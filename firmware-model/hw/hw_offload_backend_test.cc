@@ -177,7 +177,7 @@ TEST_CASE("bring_up__reset_handshake_admin_and_event_queues_then_caps") {
                           "w32 0x10 = 0x1",     // DEV_CTRL = RESET
                           "r32 0x14",           // DEV_STATUS: READY
                           "r32 0x4",            // FW_VERSION
-                          "w32 0x8 = 0x10000",  // DRV_VERSION 1.0
+                          "w32 0x8 = 0x10001",  // DRV_VERSION 1.1
                           "w64 0x100 = iova",   // AQ_BASE
                           "w32 0x108 = 0x4",    // AQ_DEPTH
                           "w64 0x110 = iova",   // ACQ_BASE

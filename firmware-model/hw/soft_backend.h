@@ -43,6 +43,10 @@ class SoftBackend : public TransportBackend {
   }
   int destroy_qp(fw::OwnerId o, uint32_t qpn) override { return engine_.destroy_qp(o, qpn); }
   void destroy_owner(fw::OwnerId o) override { engine_.destroy_owner(o); }
+  int create_ah(fw::OwnerId o, uint32_t pdn, const fw::AddressVector& av, uint32_t* ahn) override {
+    return engine_.create_ah(o, pdn, av, ahn);
+  }
+  int destroy_ah(fw::OwnerId o, uint32_t ahn) override { return engine_.destroy_ah(o, ahn); }
   int create_srq(fw::OwnerId o, uint32_t pdn, const fw::SrqAttr& want, uint32_t* srqn,
                  fw::SrqAttr* actual, const char** why) override {
     return engine_.create_srq(o, pdn, want, srqn, actual, why);

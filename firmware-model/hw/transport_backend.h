@@ -69,6 +69,13 @@ class TransportBackend {
                        fw::QpInitAttr* init) = 0;
   virtual int destroy_qp(fw::OwnerId owner, uint32_t qpn) = 0;
   virtual void destroy_owner(fw::OwnerId owner) = 0;
+  // Address handles for UD sends (fw::Engine::create_ah). EOPNOTSUPP from a
+  // backend without a datagram service.
+  virtual int create_ah(fw::OwnerId owner, uint32_t pdn, const fw::AddressVector& av,
+                        uint32_t* ahn) {
+    return EOPNOTSUPP;
+  }
+  virtual int destroy_ah(fw::OwnerId owner, uint32_t ahn) { return EOPNOTSUPP; }
   // Shared receive queues (fw::Engine's, docs/engine.md §Shared receive
   // queues). A backend without them refuses with EOPNOTSUPP; *why names
   // the broken rule of an EINVAL/EBUSY.

@@ -44,6 +44,7 @@ mroce_qp_attr to_abi(const fw::QpAttr& q) {
   a.port_num = q.port_num;
   a.pkey_index = q.pkey_index;
   a.cap = to_abi(q.cap);
+  a.qkey = q.qkey;
   return a;
 }
 
@@ -70,6 +71,7 @@ fw::QpAttr to_fw(const mroce_qp_attr& a) {
   q.port_num = a.port_num;
   q.pkey_index = a.pkey_index;
   q.cap = to_fw(a.cap);
+  q.qkey = a.qkey;
   return q;
 }
 
@@ -82,6 +84,9 @@ WqeDefect to_fw(const mroce_send_wqe& w, fw::SendWr* wr) {
   wr->rkey = w.rkey;
   wr->compare_add = w.compare_add;
   wr->swap = w.swap;
+  wr->ah = w.ud.ah;
+  wr->remote_qpn = w.ud.remote_qpn;
+  wr->remote_qkey = w.ud.remote_qkey;
   wr->inline_data.clear();
   wr->num_sge = 0;
   if (w.send_flags & fw::kSendInline) {
@@ -113,6 +118,9 @@ mroce_send_wqe to_abi(const fw::SendWr& wr) {
   w.remote_addr = wr.remote_addr;
   w.compare_add = wr.compare_add;
   w.swap = wr.swap;
+  w.ud.ah = wr.ah;
+  w.ud.remote_qpn = wr.remote_qpn;
+  w.ud.remote_qkey = wr.remote_qkey;
   if (wr.send_flags & fw::kSendInline) {
     w.inline_len = static_cast<uint16_t>(wr.inline_data.size());
     std::memcpy(w.u.inline_data, wr.inline_data.data(), wr.inline_data.size());
@@ -142,6 +150,10 @@ mroce_cqe to_abi(const fw::Completion& wc) {
   e.qp_num = wc.qp_num;
   e.src_qp = wc.src_qp;
   e.wc_flags = wc.wc_flags;
+  e.ud.slid = wc.slid;
+  e.ud.sl = wc.sl;
+  e.ud.dlid_path_bits = wc.dlid_path_bits;
+  e.ud.pkey_index = wc.pkey_index;
   return e;
 }
 
@@ -156,6 +168,10 @@ fw::Completion to_fw(const mroce_cqe& e) {
   wc.qp_num = e.qp_num;
   wc.src_qp = e.src_qp;
   wc.wc_flags = e.wc_flags;
+  wc.slid = e.ud.slid;
+  wc.sl = e.ud.sl;
+  wc.dlid_path_bits = e.ud.dlid_path_bits;
+  wc.pkey_index = e.ud.pkey_index;
   return wc;
 }
 

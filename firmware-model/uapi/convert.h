@@ -87,6 +87,18 @@ struct NamedCounter {
   X(rx_drop_owner_gone)          \
   X(rx_held_unordered)           \
   X(spurious_timeouts)           \
+  /* ud: the datagram service */ \
+  X(ud_tx_datagrams)             \
+  X(ud_tx_unknown_ah)            \
+  X(ud_tx_oversize)              \
+  X(ud_rx_delivered)             \
+  X(rx_drop_ud_qkey)             \
+  X(rx_drop_ud_no_recv)          \
+  X(rx_drop_ud_oversize)         \
+  X(rx_drop_ud_malformed)        \
+  X(rx_drop_ud_wrong_type)       \
+  X(rx_drop_ud_recv_too_small)   \
+  X(rx_drop_ud_recv_fault)       \
   /* srq: shared receive queues */ \
   X(srq_limit_events)            \
   X(rx_rnr_srq_empty)            \

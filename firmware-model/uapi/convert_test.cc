@@ -71,6 +71,44 @@ TEST_CASE("send_wqe__bounds_of_the_layout_are_named") {
   CHECK(wr.inline_data.size() == MROCE_MAX_INLINE);
 }
 
+TEST_CASE("send_wqe__ud_destination_round_trip_in_reserved") {
+  fw::SendWr wr = write_wr();
+  wr.opcode = fw::WrOpcode::kSend;
+  wr.ah = 5;
+  wr.remote_qpn = 0xabcdef;
+  wr.remote_qkey = 0x80000001;
+  mroce_send_wqe w = to_abi(wr);
+  CHECK(w.reserved[0] == (uint64_t{0xabcdef} << 32 | 5));  // COORD.md: {ah, remote_qpn}
+  CHECK(static_cast<uint32_t>(w.reserved[1]) == 0x80000001);
+  fw::SendWr back;
+  REQUIRE(to_fw(w, &back) == WqeDefect::kNone);
+  CHECK(back.ah == 5);
+  CHECK(back.remote_qpn == 0xabcdef);
+  CHECK(back.remote_qkey == 0x80000001);
+}
+
+TEST_CASE("cqe__ud_fields_in_reserved_0_and_1") {
+  fw::Completion wc;
+  wc.wc_flags = fw::kWcGrh;
+  wc.slid = 0x1234;
+  wc.sl = 3;
+  wc.dlid_path_bits = 1;
+  wc.pkey_index = 0;
+  mroce_cqe e = to_abi(wc);
+  CHECK(e.reserved[0] == (0x01u << 24 | 3u << 16 | 0x1234));
+  CHECK(e.reserved[2] == 0);  // srq's
+  fw::Completion back = to_fw(e);
+  CHECK(back.slid == 0x1234);
+  CHECK(back.sl == 3);
+  CHECK(back.dlid_path_bits == 1);
+}
+
+TEST_CASE("qp_attr__qkey_round_trip") {
+  fw::QpAttr q;
+  q.qkey = 0x11111111;
+  CHECK(to_fw(to_abi(q)).qkey == 0x11111111);
+}
+
 TEST_CASE("recv_wqe__round_trip_and_sge_bound") {
   fw::RecvWr wr;
   wr.wr_id = 9;
@@ -116,6 +154,7 @@ TEST_CASE("named_counters__one_name_per_field_each_with_its_own_value") {
   c.tx_packets = 1;
   c.rx_held_unordered = 2;
   c.spurious_timeouts = 3;
+  c.rx_drop_ud_recv_fault = 4;
   std::vector<NamedCounter> n = named_counters(c);
   REQUIRE(n.size() == kEngineCounters);
   std::set<std::string> names;
@@ -132,6 +171,7 @@ TEST_CASE("named_counters__one_name_per_field_each_with_its_own_value") {
   CHECK(value_of("rx_held_unordered") == 2);
   CHECK(value_of("spurious_timeouts") == 3);
   CHECK(value_of("rx_rnr_srq_empty") == 0);
+  CHECK(value_of("rx_drop_ud_recv_fault") == 4);
 }
 
 }  // namespace

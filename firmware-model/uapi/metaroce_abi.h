@@ -54,11 +54,16 @@ enum mroce_op {
   MROCE_OP_QUERY_COUNTERS = 14, /* device (qpn = 0xffffffff) or one QP */
   MROCE_OP_LIST_QPS = 15,
   MROCE_OP_QUERY_QP_TRANSPORT = 16, /* mroce_handle_req (handle = qpn); no context needed */
-  /* 20-23: address handles and multicast (ud) */
+  /* ud: address handles and multicast (docs/device-abi.md §2.4) */
+  MROCE_OP_CREATE_AH = 20,    /* mroce_create_ah_req -> mroce_create_ah_resp */
+  MROCE_OP_DESTROY_AH = 21,   /* mroce_handle_req (handle = ahn) */
+  MROCE_OP_ATTACH_MCAST = 22, /* mroce_mcast_req */
+  MROCE_OP_DETACH_MCAST = 23, /* mroce_mcast_req */
   MROCE_OP_CREATE_SRQ = 24,   /* reply carries 1 fd: the SRQ's receive ring memfd */
   MROCE_OP_MODIFY_SRQ = 25,
   MROCE_OP_QUERY_SRQ = 26,    /* mroce_handle_req (handle = srqn) */
   MROCE_OP_DESTROY_SRQ = 27,  /* mroce_handle_req (handle = srqn) */
+  MROCE_OP_QUERY_DEVICE_EX = 28, /* empty -> mroce_device_attr_ex (SRQ caps, ...) */
 };
 
 struct mroce_msg_hdr {
@@ -89,10 +94,21 @@ struct mroce_device_attr {
   uint32_t max_qp, max_qp_wr, max_sge, max_cq, max_cqe, max_mr, max_pd;
   uint32_t max_qp_rd_atom, max_inline, max_msg_size;
   uint32_t vendor_id, vendor_part_id, hw_ver;
-  uint32_t max_srq;     /* 0: no shared receive queues; they hold max_qp_wr WQEs of max_sge */
+  uint32_t max_ah;
   char fw_ver[32];
 };
 MROCE_STATIC_ASSERT(sizeof(struct mroce_device_attr) == 104, "device_attr");
+
+/* QUERY_DEVICE_EX (28): capabilities beyond mroce_device_attr, so that
+ * layout never changes. A daemon without the op answers EOPNOTSUPP: the
+ * provider then reports these as 0 (no SRQs). */
+struct mroce_device_attr_ex {
+  uint32_t max_srq;      /* shared receive queues (docs/device-abi.md §2.7) */
+  uint32_t max_srq_wr;
+  uint32_t max_srq_sge;
+  uint32_t reserved[13];
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_device_attr_ex) == 64, "device_attr_ex");
 
 struct mroce_port_attr {
   uint32_t state;        /* enum ibv_port_state: 4 ACTIVE, 1 DOWN */
@@ -154,7 +170,7 @@ struct mroce_create_qp_req {
   uint32_t pdn, send_cqn, recv_cqn;
   uint32_t sq_sig_all;
   struct mroce_qp_cap cap;
-  uint32_t qp_type;     /* IBV_QPT_RC or IBV_QPT_UC */
+  uint32_t qp_type;     /* IBV_QPT_RC (2), IBV_QPT_UC (3) or IBV_QPT_UD (4) */
   uint32_t srqn;        /* 0, or the SRQ its receives come from (cap.max_recv_* ignored) */
 };
 struct mroce_create_qp_resp {
@@ -209,9 +225,37 @@ struct mroce_qp_attr {
   uint16_t pkey_index;
   uint16_t reserved;
   struct mroce_qp_cap cap;
-  uint32_t reserved2;
+  uint32_t qkey;             /* UD: IBV_QP_QKEY */
 };
 MROCE_STATIC_ASSERT(sizeof(struct mroce_qp_attr) == 92, "qp_attr");
+
+/* CREATE_AH: a UD destination (ibv_ah_attr with its GRH: on Ethernet every
+ * address handle is global). The daemon checks the PD and the GID index and
+ * starts resolving the next hop through the kernel's neighbour table. */
+struct mroce_ah_attr {
+  uint8_t dgid[16];
+  uint32_t flow_label;
+  uint8_t sgid_index, hop_limit, traffic_class, is_global;
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_ah_attr) == 24, "ah_attr");
+struct mroce_create_ah_req {
+  uint32_t pdn;
+  uint32_t reserved;
+  struct mroce_ah_attr ah;
+};
+struct mroce_create_ah_resp {
+  uint32_t ahn;
+  uint32_t reserved;
+};
+
+/* ATTACH_MCAST / DETACH_MCAST: a UD QP joins or leaves a multicast group
+ * (the GID is an IPv4-mapped or IPv6 multicast address). */
+struct mroce_mcast_req {
+  uint32_t qpn;
+  uint16_t lid;  /* ignored on Ethernet */
+  uint16_t reserved;
+  uint8_t gid[16];
+};
 
 struct mroce_modify_qp_req {
   uint32_t qpn;
@@ -318,7 +362,15 @@ struct mroce_send_wqe {
   uint64_t remote_addr;
   uint64_t compare_add;
   uint64_t swap;
-  uint64_t reserved[2];
+  union {
+    uint64_t reserved[2];
+    struct {             /* UD sends (IBV_QPT_UD) */
+      uint32_t ah;       /* MROCE_OP_CREATE_AH's ahn */
+      uint32_t remote_qpn;
+      uint32_t remote_qkey; /* high bit set: the QP's own Q_Key */
+      uint32_t spare;
+    } ud;
+  };
   union {
     struct mroce_sge sg[MROCE_MAX_SGE];
     uint8_t inline_data[MROCE_MAX_INLINE];
@@ -346,7 +398,16 @@ struct mroce_cqe {
   uint32_t qp_num;
   uint32_t src_qp;
   uint32_t wc_flags;   /* ibv_wc_flags */
-  uint32_t reserved[6];
+  union {
+    uint32_t reserved[6];
+    struct {             /* UD receives: reserved[0..1] */
+      uint16_t slid;
+      uint8_t sl;
+      uint8_t dlid_path_bits;
+      uint16_t pkey_index;
+      uint16_t spare;
+    } ud;
+  };
 };
 MROCE_STATIC_ASSERT(sizeof(struct mroce_cqe) == 64, "cqe");
 

@@ -59,8 +59,8 @@ TEST_CASE("opcode_table__payload_and_kind") {
   CHECK(with_payload ==
         std::set<std::string>{"SEND", "SEND_IMM", "RDMA_WRITE", "RDMA_WRITE_IMM", "RDMA_READ_RESP",
                               "CM_REQ", "CM_MRA", "CM_REJ", "CM_REP", "CM_RTU", "CM_DREQ",
-                              "CM_DREP", "UC_SEND", "UC_SEND_IMM", "UC_RDMA_WRITE",
-                              "UC_RDMA_WRITE_IMM"});
+                              "CM_DREP", "UD_SEND", "UD_SEND_IMM", "UC_SEND", "UC_SEND_IMM",
+                              "UC_RDMA_WRITE", "UC_RDMA_WRITE_IMM"});
   // Only CM private data is bounded by the table (§12.4: IB CM's limits).
   for (const auto& row : kOpcodeTable)
     CHECK((row.max_payload != kUnboundedPayload) == (row.ext_count() == 1 && row.exts[0] == Ext::kCmh));
@@ -71,6 +71,8 @@ TEST_CASE("opcode_table__payload_and_kind") {
   CHECK(find_opcode(Opcode::kReadResp)->kind == OpKind::kResponse);
   CHECK(find_opcode(Opcode::kAtomicResp)->kind == OpKind::kResponse);
   CHECK(find_opcode(Opcode::kAck)->kind == OpKind::kControl);
+  CHECK(find_opcode(Opcode::kUdSend)->kind == OpKind::kDatagram);
+  CHECK(find_opcode(Opcode::kUdSendImm)->header_len == kMbthLen + kDethLen + kImmLen);
 }
 
 TEST_CASE("opcode_table__every_raw_byte_maps_to_its_row_or_nothing") {

@@ -73,6 +73,7 @@ Packet random_packet(Opcode op, std::mt19937_64& rng, Bytes& payload_store) {
         break;
       case Ext::kProbeh: p.probe = {static_cast<uint32_t>(rng()), static_cast<uint32_t>(rng())}; break;
       case Ext::kCmh: p.cm = random_cmh(rng); break;
+      case Ext::kDeth: p.deth = {static_cast<uint32_t>(rng()), static_cast<uint32_t>(rng() & 0xFFFFFF)}; break;
       case Ext::kNone: break;
     }
   }

@@ -117,6 +117,8 @@ const std::map<std::string, Setter>& numeric_fields() {
       {"nack.psn", [](Vector&, Packet& p, uint64_t x) { set(p.nack.psn, x); }},
       {"probe.nonce", [](Vector&, Packet& p, uint64_t x) { set(p.probe.nonce, x); }},
       {"probe.echo_ts", [](Vector&, Packet& p, uint64_t x) { set(p.probe.echo_ts, x); }},
+      {"deth.qkey", [](Vector&, Packet& p, uint64_t x) { set(p.deth.qkey, x); }},
+      {"deth.src_qpn", [](Vector&, Packet& p, uint64_t x) { set(p.deth.src_qpn, x); }},
       {"cm.local_comm_id", [](Vector&, Packet& p, uint64_t x) { set(p.cm.local_comm_id, x); }},
       {"cm.remote_comm_id", [](Vector&, Packet& p, uint64_t x) { set(p.cm.remote_comm_id, x); }},
       {"cm.service_id", [](Vector&, Packet& p, uint64_t x) { set(p.cm.service_id, x); }},

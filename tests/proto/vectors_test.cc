@@ -165,3 +165,16 @@ TEST_CASE("vectors__padded_to_minimum_and_with_fcs_still_parse") {
     CHECK(r.value().packet == v.packet());
   }
 }
+
+// A UD receive's GRH (docs/protocol.md §13.5) is the frame's own IP header:
+// for IPv6 the 40 bytes as sent, for IPv4 20 zero bytes and then the 20.
+TEST_CASE("vectors__grh_is_the_frames_ip_header") {
+  for (const Vector& v : vectors()) {
+    CAPTURE(v.name);
+    const auto grh = build_grh(v.headers, v.frame.size() - transport_at(v));
+    const size_t ip = ip_len(v);
+    Bytes want(kGrhLen - ip, 0);
+    want.insert(want.end(), v.frame.begin() + kEthLen, v.frame.begin() + kEthLen + ip);
+    CHECK(Bytes(grh.begin(), grh.end()) == want);
+  }
+}

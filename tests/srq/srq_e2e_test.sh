@@ -8,7 +8,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}
 top=${top:-$(cd "$here/../.." && pwd)}
 source "$top/tests/lib/e2e.sh"
-source "$top/tests/lib/stock_tools.sh"
+source "$top/tests/lib/verbs.sh"
+PRELOAD=$(find_file kmod-shim/launcher/libmetaroce-preload.so) || { echo "interposer not built"; exit 1; }
+export METAROCE_PRELOAD=$PRELOAD
 source "$top/tests/lib/netns.sh"
 if [ "$(id -u)" != 0 ] || ! command -v ibv_srq_pingpong >/dev/null; then
   echo "SKIP: needs root and ibverbs-utils/perftest"; E2E_SKIPPED=1; e2e_finish; exit 0
@@ -19,14 +21,12 @@ GID_A=$(gid_index in_a "$MROCE_DEV_A" "$MROCE_IP_A")
 GID_B=$(gid_index in_b "$MROCE_DEV_B" "$MROCE_IP_B")
 echo "GID index A=$GID_A B=$GID_B"
 
-# A device counter of daemon a or b (metaroce-ctl stat), 0 when absent.
-counter() {  # a|b name
-  local ctl in dev sysfs
-  ctl=$(mroce_find_bin metaroce-ctl tools/metaroce-ctl) || e2e_fail "metaroce-ctl not built"
-  if [ "$1" = a ]; then in=mroce_in_a dev=$MROCE_DEV_A sysfs=$MROCE_SYSFS_A
-  else in=mroce_in_b dev=$MROCE_DEV_B sysfs=$MROCE_SYSFS_B; fi
-  "$in" "$ctl" --sysfs-root "$sysfs" stat "$dev" 2>/dev/null |
-    awk -v n="$2" '$1 == n || $1 == n":" {print $2; found=1; exit} END {if (!found) print 0}'
+# perftest between the namespaces, as tests/verbs/verbs_e2e_test.sh runs it
+# (-u 18: a 1 s IB timeout per try, for a loaded 2-vCPU machine).
+perf() {  # tool extra-args
+  local tool=$1; shift
+  pair "$tool" "in_a $tool -d $MROCE_DEV_A -x $GID_A -u 18 $*" "in_b $tool -d $MROCE_DEV_B -x $GID_B -u 18 $*"
+  perf_figure "$E2E_RUN_DIR/$tool.client.log"
 }
 
 t_srq_pingpong() {

@@ -44,6 +44,9 @@ OPCODES = {
     "CM_RTU": (0x1C, ["CMH"], True),
     "CM_DREQ": (0x1D, ["CMH"], True),
     "CM_DREP": (0x1E, ["CMH"], True),
+    # datagram service (docs/protocol.md section 13)
+    "UD_SEND": (0x20, ["DETH"], True),
+    "UD_SEND_IMM": (0x21, ["DETH", "IMM"], True),
     "UC_SEND": (0x24, ["SETH"], True),
     "UC_SEND_IMM": (0x25, ["SETH", "IMM"], True),
     "UC_RDMA_WRITE": (0x26, ["RETH"], True),
@@ -71,6 +74,12 @@ EXT_LAYOUT = {
 }
 
 
+def deth(f):
+    """DETH, section 13.2: Q_Key, a reserved byte, the 24-bit source QPN."""
+    return struct.pack("!IB", num(f, "deth.qkey"), 0) + num(f, "deth.src_qpn").to_bytes(3, "big")
+
+
+
 def cmh(f):
     """CMH, section 12.2: 40 bytes; the 24-bit QPN and the packed retry byte
     do not fit EXT_LAYOUT's one-field-per-format rows."""
@@ -87,7 +96,7 @@ def cmh(f):
     return out
 
 
-EXT_ENCODERS = {"CMH": cmh}
+EXT_ENCODERS = {"CMH": cmh, "DETH": deth}
 
 
 def crc32c(data):

@@ -8,6 +8,10 @@
 //                          waits for the daemon to be killed: DEVICE_FATAL,
 //                          then EIO / poll errors instead of a hang, then
 //                          reopens the device once the daemon is back
+//   verbs_e2e ud DEV       loopback UD QPs: a datagram with its GRH and
+//                          src_qp; bad input (another context's AH, a wrong
+//                          Q_Key, an oversize message, RDMA on UD) is a clear
+//                          error or a dropped datagram, and the QP goes on
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
@@ -397,6 +401,175 @@ int case_fatal(const char *dev, const char *ready_file) {
   return g_failures ? 1 : 0;
 }
 
+// ---- ud: the datagram service (docs/protocol.md §13) ----
+
+constexpr uint32_t kUdQkey = 0x1111;
+constexpr uint32_t kGrh = 40;
+
+ibv_qp *ud_qp(ibv_pd *pd, ibv_cq *cq) {
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.qp_type = IBV_QPT_UD;
+  ia.cap = {16, 16, 1, 1, 0};
+  ibv_qp *qp = ibv_create_qp(pd, &ia);
+  REQUIRE(qp);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = kUdQkey;
+  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0);
+  a.qp_state = IBV_QPS_RTR;
+  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0);
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 1;
+  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
+  return qp;
+}
+
+ibv_ah *ud_ah(ibv_pd *pd, int gid_index, const ibv_gid &gid) {
+  ibv_ah_attr aa{};
+  aa.is_global = 1;
+  aa.port_num = 1;
+  aa.grh.dgid = gid;
+  aa.grh.sgid_index = static_cast<uint8_t>(gid_index);
+  aa.grh.hop_limit = 64;
+  ibv_ah *ah = ibv_create_ah(pd, &aa);
+  REQUIRE(ah);
+  return ah;
+}
+
+struct Ud {
+  ibv_context *ctx;
+  ibv_pd *pd;
+  ibv_cq *cq;
+  ibv_qp *tx, *rx;
+  ibv_mr *mr;
+  ibv_ah *ah;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 16);
+};
+
+int ud_send(Ud &u, ibv_ah *ah, uint32_t qkey, uint32_t len, uint8_t mark) {
+  memset(u.buf.data(), mark, len);
+  ibv_sge sg = {reinterpret_cast<uintptr_t>(u.buf.data()), len, u.mr->lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sg;
+  wr.num_sge = 1;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = u.rx->qp_num;
+  wr.wr.ud.remote_qkey = qkey;
+  return ibv_post_send(u.tx, &wr, &bad);
+}
+
+void ud_recv(Ud &u, uint64_t id) {
+  ibv_sge sg = {reinterpret_cast<uintptr_t>(u.buf.data() + 8192), kGrh + 1024, u.mr->lkey};
+  ibv_recv_wr r{}, *bad = nullptr;
+  r.wr_id = id;
+  r.sg_list = &sg;
+  r.num_sge = 1;
+  REQUIRE(ibv_post_recv(u.rx, &r, &bad) == 0);
+}
+
+// The next completion of one queue (the CQ is shared: take what is there).
+ibv_wc ud_wait(Ud &u, bool recv) {
+  ibv_wc wc{};
+  REQUIRE(poll_one(u.cq, &wc));
+  EXPECT(recv == (wc.opcode == IBV_WC_RECV));
+  return wc;
+}
+
+int case_ud(const char *dev) {
+  Ud u;
+  REQUIRE((u.ctx = open_dev(dev)));
+  ibv_gid gid;
+  int gidx = roce_v2_ipv4_gid(u.ctx, &gid);
+  REQUIRE(gidx >= 0);
+  REQUIRE((u.pd = ibv_alloc_pd(u.ctx)));
+  REQUIRE((u.cq = ibv_create_cq(u.ctx, 64, nullptr, nullptr, 0)));
+  REQUIRE((u.mr = ibv_reg_mr(u.pd, u.buf.data(), u.buf.size(), IBV_ACCESS_LOCAL_WRITE)));
+  u.tx = ud_qp(u.pd, u.cq);
+  u.rx = ud_qp(u.pd, u.cq);
+  u.ah = ud_ah(u.pd, gidx, gid);
+
+  // A datagram lands behind its GRH with the sender's QPN.
+  ud_recv(u, 1);
+  REQUIRE(ud_send(u, u.ah, kUdQkey, 64, 0xA1) == 0);
+  EXPECT(ud_wait(u, false).status == IBV_WC_SUCCESS);
+  ibv_wc wc = ud_wait(u, true);
+  EXPECT(wc.status == IBV_WC_SUCCESS && wc.byte_len == kGrh + 64);
+  EXPECT((wc.wc_flags & IBV_WC_GRH) && wc.src_qp == u.tx->qp_num && wc.pkey_index == 0);
+  const uint8_t *g = u.buf.data() + 8192;
+  EXPECT(g[20] == 0x45 && g[kGrh] == 0xA1 && g[kGrh + 63] == 0xA1);
+  printf("  datagram with GRH ok\n");
+
+  // A wrong Q_Key is dropped at the receiver: the receive takes the next one.
+  ud_recv(u, 2);
+  REQUIRE(ud_send(u, u.ah, 0x2222, 16, 0xBB) == 0);
+  EXPECT(ud_wait(u, false).status == IBV_WC_SUCCESS);  // UD: the sender cannot know
+  REQUIRE(ud_send(u, u.ah, kUdQkey, 16, 0xCC) == 0);
+  EXPECT(ud_wait(u, false).status == IBV_WC_SUCCESS);
+  wc = ud_wait(u, true);
+  EXPECT(wc.status == IBV_WC_SUCCESS && wc.wr_id == 2 && g[kGrh] == 0xCC);
+  printf("  wrong Q_Key dropped ok\n");
+
+  // Over the UD MTU: LOC_LEN_ERR, the send queue in SQE; SQE -> RTS resumes.
+  ibv_port_attr pa;
+  REQUIRE(ibv_query_port(u.ctx, 1, &pa) == 0);
+  uint32_t mtu = 128u << pa.active_mtu;
+  REQUIRE(ud_send(u, u.ah, kUdQkey, mtu + 1, 0xDD) == 0);
+  EXPECT(ud_wait(u, false).status == IBV_WC_LOC_LEN_ERR);
+  ibv_qp_attr qa{};
+  ibv_qp_init_attr qi{};
+  REQUIRE(ibv_query_qp(u.tx, &qa, IBV_QP_STATE, &qi) == 0);
+  EXPECT(qa.qp_state == IBV_QPS_SQE);
+  qa.qp_state = IBV_QPS_RTS;
+  REQUIRE(ibv_modify_qp(u.tx, &qa, IBV_QP_STATE) == 0);
+  printf("  oversize -> LOC_LEN_ERR, SQE, RTS again ok\n");
+
+  // An AH of another context names nothing of ours: LOC_QP_OP_ERR.
+  ibv_context *other = open_dev(dev);
+  REQUIRE(other);
+  ibv_pd *opd = ibv_alloc_pd(other);
+  REQUIRE(opd);
+  ibv_ah *foreign = ud_ah(opd, gidx, gid);
+  REQUIRE(ud_send(u, foreign, kUdQkey, 8, 0xEE) == 0);
+  EXPECT(ud_wait(u, false).status == IBV_WC_LOC_QP_OP_ERR);
+  REQUIRE(ibv_modify_qp(u.tx, &qa, IBV_QP_STATE) == 0);
+  printf("  foreign AH -> LOC_QP_OP_ERR ok\n");
+
+  // Refused at post: no AH, RDMA on UD, an AH without a GRH.
+  EXPECT(ud_send(u, nullptr, kUdQkey, 8, 0) == EINVAL);
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.wr.ud.ah = u.ah;
+  EXPECT(ibv_post_send(u.tx, &wr, &bad) == EINVAL);
+  ibv_ah_attr local{};
+  local.port_num = 1;
+  EXPECT(ibv_create_ah(u.pd, &local) == nullptr && errno == EINVAL);
+  printf("  refused at post ok\n");
+
+  // And the QP still delivers.
+  ud_recv(u, 3);
+  REQUIRE(ud_send(u, u.ah, kUdQkey, mtu, 0x5A) == 0);
+  EXPECT(ud_wait(u, false).status == IBV_WC_SUCCESS);
+  wc = ud_wait(u, true);
+  EXPECT(wc.status == IBV_WC_SUCCESS && wc.byte_len == kGrh + mtu && g[kGrh + mtu - 1] == 0x5A);
+  printf("  full-MTU datagram after the errors ok\n");
+
+  ibv_destroy_ah(foreign);
+  ibv_dealloc_pd(opd);
+  ibv_close_device(other);
+  ibv_destroy_ah(u.ah);
+  ibv_destroy_qp(u.tx);
+  ibv_destroy_qp(u.rx);
+  ibv_dereg_mr(u.mr);
+  ibv_destroy_cq(u.cq);
+  ibv_dealloc_pd(u.pd);
+  ibv_close_device(u.ctx);
+  return g_failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -405,6 +578,7 @@ int main(int argc, char **argv) {
   if (c == "opcodes") return case_opcodes(argv[2]);
   if (c == "access") return case_access(argv[2]);
   if (c == "fatal" && argc > 3) return case_fatal(argv[2], argv[3]);
-  fprintf(stderr, "usage: verbs_e2e opcodes|access DEV | fatal DEV READY_FILE\n");
+  if (c == "ud") return case_ud(argv[2]);
+  fprintf(stderr, "usage: verbs_e2e opcodes|access|ud DEV | fatal DEV READY_FILE\n");
   return 2;
 }

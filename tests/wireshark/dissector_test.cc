@@ -165,6 +165,10 @@ std::vector<std::string> expected_lines(const Packet& p, uint32_t icrc) {
         want.push_back(fmt("Echoed timestamp: %" PRIu32, p.probe.echo_ts));
         break;
       case Ext::kCmh: cmh_lines(p.cm, want); break;
+      case Ext::kDeth:
+        want.push_back(fmt("Q_Key: 0x%08" PRIx32, p.deth.qkey));
+        want.push_back(fmt("Source QP: 0x%06" PRIx32, p.deth.src_qpn));
+        break;
       case Ext::kNone: break;
     }
   }

@@ -38,6 +38,9 @@ local OPCODES = {
   [0x1C] = { "CM_RTU", { "CMH" }, true },
   [0x1D] = { "CM_DREQ", { "CMH" }, true },
   [0x1E] = { "CM_DREP", { "CMH" }, true },
+  -- datagram service (docs/protocol.md §13): one packet per message
+  [0x20] = { "UD_SEND", { "DETH" }, true },
+  [0x21] = { "UD_SEND_IMM", { "DETH", "IMM" }, true },
   -- unreliable connected service (docs/protocol.md §14): RC's request layouts
   [0x24] = { "UC_SEND", { "SETH" }, true },
   [0x25] = { "UC_SEND_IMM", { "SETH", "IMM" }, true },
@@ -137,6 +140,10 @@ local f = {
   cm_reason = ProtoField.uint16("metaroce.cmh.reason", "Reject reason", base.DEC, rej_reasons),
   cm_message = ProtoField.uint8("metaroce.cmh.message", "Message", base.DEC, cm_messages),
   cm_rsvd = ProtoField.uint8("metaroce.cmh.reserved", "Reserved", base.HEX),
+  -- DETH (§13.2)
+  deth_qkey = ProtoField.uint32("metaroce.deth.qkey", "Q_Key", base.HEX),
+  deth_rsvd = ProtoField.uint8("metaroce.deth.reserved", "Reserved", base.HEX),
+  deth_src_qpn = ProtoField.uint24("metaroce.deth.src_qpn", "Source QP", base.HEX),
   -- payload, ICRC (§5)
   payload = ProtoField.bytes("metaroce.payload", "Payload"),
   icrc = ProtoField.uint32("metaroce.icrc", "ICRC", base.HEX),
@@ -209,6 +216,9 @@ local EXTS = {
   PROBEH = { 8, "Probe Header", function(t, r)
     t:add(f.probe_nonce, r(0, 4)); t:add(f.probe_echo_ts, r(4, 4))
   end },
+  DETH = { 8, "Datagram Extended Transport Header", function(t, r)
+    t:add(f.deth_qkey, r(0, 4)); t:add(f.deth_rsvd, r(4, 1)); t:add(f.deth_src_qpn, r(5, 3))
+  end },
   CMH = { 40, "Connection Management Header", function(t, r)
     t:add(f.cm_local, r(0, 4)); t:add(f.cm_remote, r(4, 4))
     local sid = t:add(f.cm_sid, r(8, 8))
@@ -264,6 +274,7 @@ function p.dissector(tvb, pinfo, tree)
     local t = root:add(p, tvb(at, e[1]), ext .. " (" .. e[2] .. ")")
     local base = at
     e[3](t, function(o, n) return tvb(base + o, n) end)
+    if ext == "DETH" then info = info .. string.format(" src_qp=0x%06x", tvb(at + 5, 3):uint()) end
     if ext == "ACKH" then info = info .. string.format(" cum=%u", tvb(at, 4):uint()) end
     if ext == "CMH" then
       info = string.format("%s comm=0x%08x->0x%08x", name, tvb(at, 4):uint(), tvb(at + 4, 4):uint())

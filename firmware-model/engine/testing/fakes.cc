@@ -33,6 +33,12 @@ std::string describe(const proto::Packet& p) {
     case proto::Opcode::kNack:
       std::snprintf(buf, sizeof buf, "NACK %s psn %u", proto::to_string(p.nack.reason), p.nack.psn);
       return buf;
+    case proto::Opcode::kUdSend:
+    case proto::Opcode::kUdSendImm:
+      std::snprintf(buf, sizeof buf, "%s psn %u qpn 0x%x qkey 0x%08x src_qp 0x%x len %zu",
+                    proto::to_string(m.opcode), m.psn, m.dest_qpn, p.deth.qkey, p.deth.src_qpn,
+                    p.payload.size());
+      return buf;
     default: break;
   }
   std::snprintf(buf, sizeof buf, "%s psn %u msn %u off %u len %zu", proto::to_string(m.opcode),

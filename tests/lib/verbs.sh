@@ -1,17 +1,14 @@
-# Stock verbs tools (rdma-core's pingpongs, perftest) between the two
-# namespaces of tests/lib/netns.sh (sourced after tests/lib/e2e.sh, with
-# $top set). Finds the built provider, interposer and programs, runs tools
-# with the provider (and the ASan runtime when the provider is an ASan
-# build), and runs server/client pairs whose output it shows and checks.
+# Stock-tool helpers shared by the verbs e2e tests (sourced after e2e.sh,
+# with $top the source tree): the provider, in_a/in_b with the tools'
+# environment (ASan runtime when the provider is an ASan build), GID
+# lookup, server/client pairs and perftest figures.
 find_file() {  # rel-path: runfiles first, then the tree's bazel-bin
   local f
   for f in "$top/$1" "$top/.bazel/bin/$1"; do [ -e "$f" ] && { readlink -f "$f"; return 0; }; done
   return 1
 }
 PROVIDER=$(find_file provider/libmetaroce-rdmav34.so) || { echo "provider .so not built"; exit 1; }
-PRELOAD=$(find_file kmod-shim/launcher/libmetaroce-preload.so) || { echo "interposer not built"; exit 1; }
-LAUNCHER=$top/kmod-shim/launcher/metaroce-run
-export METAROCE_PROVIDER=$PROVIDER METAROCE_PRELOAD=$PRELOAD
+export METAROCE_PROVIDER=$PROVIDER
 
 # Stock tools are not sanitizer builds: an ASan provider needs the runtime
 # preloaded (metaroce-run does this itself), and their own leaks are not ours.
@@ -23,8 +20,6 @@ if [ -n "$asan" ]; then
 fi
 in_a() { mroce_in_a env "${TOOL_ENV[@]}" timeout 90 "$@"; }
 in_b() { mroce_in_b env "${TOOL_ENV[@]}" timeout 90 "$@"; }
-launch_a() { mroce_in_a env -u RDMAV_DRIVERS timeout 90 "$LAUNCHER" "$@"; }
-launch_b() { mroce_in_b env -u RDMAV_DRIVERS timeout 90 "$LAUNCHER" "$@"; }
 
 # Index of the RoCE v2 IPv4-mapped GID (what -g / -x need).
 gid_index() {  # in_a|in_b dev ip
@@ -64,12 +59,3 @@ perf_figure() {  # logfile
   echo "FIGURE: $row"
 }
 
-# -u 18: an IB timeout of 1.07 s per try (8.6 s without progress) instead of
-# perftest's 14 (0.54 s): these cases check that the tools run and print
-# figures; under load a 2-vCPU CI stalled a latency ping-pong past 0.5 s
-# (both sides RETRY_EXC_ERR, also on the engine before this session).
-perf() {  # tool extra-args
-  local tool=$1; shift
-  pair "$tool" "in_a $tool -d $MROCE_DEV_A -x $GID_A -u 18 $*" "in_b $tool -d $MROCE_DEV_B -x $GID_B -u 18 $*"
-  perf_figure "$E2E_RUN_DIR/$tool.client.log"
-}
