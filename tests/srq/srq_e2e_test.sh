@@ -11,6 +11,7 @@ source "$top/tests/lib/e2e.sh"
 source "$top/tests/lib/verbs.sh"
 PRELOAD=$(find_file kmod-shim/launcher/libmetaroce-preload.so) || { echo "interposer not built"; exit 1; }
 export METAROCE_PRELOAD=$PRELOAD
+SRQ_E2E=$(find_file tests/srq/srq_e2e) || { echo "srq_e2e not built"; exit 1; }
 source "$top/tests/lib/netns.sh"
 if [ "$(id -u)" != 0 ] || ! command -v ibv_srq_pingpong >/dev/null; then
   echo "SKIP: needs root and ibverbs-utils/perftest"; E2E_SKIPPED=1; e2e_finish; exit 0
@@ -55,6 +56,9 @@ t_send_bw_uc() { perf ib_send_bw -c UC -s 4096 -n 500; ran ib_send_bw "Connectio
 t_send_lat_uc() { perf ib_send_lat -c UC -n 500; ran ib_send_lat "Connection type : UC"; }
 t_write_bw_uc() { perf ib_write_bw -c UC -s 65536 -n 500; ran ib_write_bw "Connection type : UC"; }
 
+t_srq_verbs() { in_a "$SRQ_E2E" "$MROCE_DEV_A"; }
+
+e2e_case srq_limits_events_and_refusals t_srq_verbs
 e2e_case srq_pingpong t_srq_pingpong
 e2e_case ib_send_bw_use_srq t_send_bw_srq
 e2e_case ib_send_lat_use_srq t_send_lat_srq
