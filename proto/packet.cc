@@ -430,6 +430,16 @@ size_t transport_length(const Packet& p) {
   return hdr == 0 ? 0 : hdr + p.payload.size() + kIcrcLen;
 }
 
+uint16_t ipv4_header_checksum(std::span<const uint8_t> header) {
+  if (header.size() < kIpv4Len) return 0;
+  return fold(sum16(header.subspan(12), sum16(header.first(10))));  // options too
+}
+
+uint16_t udp_checksum(const IpAddr& src, const IpAddr& dst, std::span<const uint8_t> udp) {
+  if (udp.size() < kUdpLen) return 0;
+  return src.is_v4() ? udp4_checksum(src, dst, udp) : udp6_checksum(src, dst, udp);
+}
+
 bool seal_icrc(std::span<uint8_t> packet) {
   if (packet.size() < kIcrcLen) return false;
   Writer w(packet.last(kIcrcLen));

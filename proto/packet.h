@@ -347,6 +347,15 @@ uint32_t crc32c(std::span<const uint8_t> bytes, uint32_t crc = 0);
 // packet is shorter than an ICRC.
 bool seal_icrc(std::span<uint8_t> packet);
 
+// Checksums of the encapsulation (docs/protocol.md §2.1, §2.4), for tools
+// that edit a built frame (tools/conformance crafts malformed ones) and must
+// keep every other field valid. ipv4_header_checksum: of the 20-byte header
+// (IHL * 4 bytes, options too) with its checksum field summed as zero. udp_checksum: of a UDP datagram
+// (header + payload, its checksum field summed as zero) between src and dst,
+// IPv4 or IPv6 by src; a computed 0 is returned as 0xFFFF.
+uint16_t ipv4_header_checksum(std::span<const uint8_t> header);
+uint16_t udp_checksum(const IpAddr& src, const IpAddr& dst, std::span<const uint8_t> udp);
+
 // 32-bit serial-number arithmetic for PSNs and MSNs (RFC 1982 style).
 inline bool seq_lt(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
 inline bool seq_le(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) <= 0; }

@@ -109,6 +109,7 @@ void ControlPlane::close_client(fw::OwnerId id) {
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
   Client& c = it->second;
+  if (cm_) cm_->close_client(id, clock_.now());  // its rdma_cm IDs: REJ/DREQ to their peers
   backend_.destroy_owner(id);  // its QPs vanish; their peers see retry exhaustion
   for (uint32_t qpn : c.qps) pump_.remove_qp(qpn);
   for (uint32_t cqn : c.cqs) pump_.remove_cq(cqn);
@@ -128,7 +129,18 @@ void ControlPlane::close_client(fw::OwnerId id) {
 
 void ControlPlane::handle(Client& c, const Request& req, Reply* out) {
   counters_.ctrl_requests++;
+  backend_.take_error();  // a reason from an earlier request is not this one's
   int err = EOPNOTSUPP;
+  if (req.op >= MROCE_OP_UCMA_OPEN && req.op <= MROCE_OP_UCMA_LAST) {  // cm_role.h
+    CmRole::Reply r;
+    if (cm_) cm_->handle(c.id, c.uid, req.op, req.body, req.fds, clock_.now(), &r);
+    else r = {EOPNOTSUPP, "this device serves no connection manager", {}};
+    if (r.err) counters_.ctrl_errors++;
+    out->err = r.err;
+    out->reason = std::move(r.reason);
+    out->body = std::move(r.body);
+    return;
+  }
   bool needs_context = req.op != MROCE_OP_OPEN_CONTEXT && req.op != MROCE_OP_QUERY_DEVICE &&
                        req.op != MROCE_OP_QUERY_PORT && req.op != MROCE_OP_QUERY_COUNTERS &&
                        req.op != MROCE_OP_LIST_QPS && req.op != MROCE_OP_QUERY_QP_TRANSPORT;
@@ -177,7 +189,10 @@ void ControlPlane::handle(Client& c, const Request& req, Reply* out) {
     out->body.clear();
     for (int fd : out->fds) close(fd);
     out->fds.clear();
-    if (out->reason.empty()) out->reason = std::strerror(err);
+    if (out->reason.empty()) {  // the backend's reason (hw: the device's syndrome), else strerror
+      std::string why = backend_.take_error();
+      out->reason = why.empty() ? std::strerror(err) : why;
+    }
   }
   out->err = err;
 }
@@ -553,6 +568,11 @@ int ControlPlane::op_query_counters(Client& c, const Request& r, Reply* out) {
     add_counters(named, &list);
     backend_.host_counters(&named);
     add_counters(named, &list);
+    if (cm_) {
+      named.clear();
+      cm_->for_each_counter([&](const std::string& n, uint64_t v) { named.push_back({n, v}); });
+      add_counters(named, &list);
+    }
   } else {
     std::vector<hw::NamedCounter> qc;
     int err = backend_.query_counters(req.qpn, &qc);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "firmware-model/daemon/client_memory.h"
+#include "firmware-model/daemon/cm_role.h"
 #include "firmware-model/daemon/clock.h"
 #include "firmware-model/daemon/daemon_counters.h"
 #include "firmware-model/daemon/queue_pump.h"
@@ -51,6 +52,8 @@ struct DeviceConfig {
   uint32_t ifindex = 0;
   uint32_t gid_tbl_len = 16;  // gids/I files the sysfs tree publishes
   uint64_t link_bps = 25'000'000'000;
+  CmLimits cm_limits;
+  LinkInterface* link = nullptr;  // next hops for rdma_cm address resolution
 };
 
 class ControlPlane {
@@ -103,6 +106,9 @@ class ControlPlane {
   // ---- port ----
   void set_port(const fw::PortInfo& port);  // to the backend, and QUERY_PORT's answer
   void port_event(bool up);  // async IBV_EVENT_PORT_ACTIVE / PORT_ERR to every client
+
+  // The connection manager that serves MROCE_OP_UCMA_* (nullptr: refused).
+  void set_cm(CmRole* cm) { cm_ = cm; }
 
  private:
   // What one uid holds over all its connections (checked against UserLimits).
@@ -162,6 +168,7 @@ class ControlPlane {
   std::map<fw::OwnerId, Client> clients_;
   fw::OwnerId next_client_ = 1;
   std::map<uid_t, UserUsage> users_;
+  CmRole* cm_ = nullptr;
 };
 
 }  // namespace metaroce::daemon

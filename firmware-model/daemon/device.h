@@ -11,12 +11,14 @@
 // Single-threaded: every method runs on the daemon's loop thread.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "firmware-model/daemon/clock.h"
+#include "firmware-model/daemon/cm_role.h"
 #include "firmware-model/daemon/control_plane.h"
 #include "firmware-model/daemon/daemon_counters.h"
 #include "firmware-model/daemon/queue_pump.h"
@@ -62,17 +64,23 @@ class Device {
   // false if work arrived meanwhile or the backend has work due now.
   bool prepare_sleep();
   void end_sleep() { pump_.end_sleep(); }
-  fw::Time next_deadline() const { return backend_->next_deadline(); }
+  fw::Time next_deadline() const {
+    return std::min(backend_->next_deadline(), cm_.next_deadline());
+  }
   int wait_fd() const { return backend_->wait_fd(); }
 
   // ---- port ----
-  void set_port(const fw::PortInfo& port) { control_.set_port(port); }
+  void set_port(const fw::PortInfo& port) {
+    control_.set_port(port);
+    cm_.set_port(port);
+  }
   void port_event(bool up) { control_.port_event(up); }
 
   std::vector<uint32_t> qp_numbers() { return backend_->qp_numbers(); }
   std::string describe_qp(uint32_t qpn) { return backend_->describe_qp(qpn); }
   const DaemonCounters& counters() const { return counters_; }
   SoftNic* soft_nic() const;  // nullptr on another backend
+  const CmRole& cm() const { return cm_; }
   fw::Time now() const { return clock_.now(); }
   fw::Time read_clock() const { return clock_.read(); }  // a fresh reading
 
@@ -82,6 +90,7 @@ class Device {
   MonotonicClock clock_;
   DaemonCounters counters_;
   QueuePump pump_;
+  CmRole cm_;  // the backend holds a pointer: built before it
   std::unique_ptr<hw::TransportBackend> backend_;
   ControlPlane control_;  // destroyed first: closing its clients uses the others
 };

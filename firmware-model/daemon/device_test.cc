@@ -795,6 +795,10 @@ TEST_CASE("options__bad_command_lines_say_what_is_wrong") {
   CHECK(ok.uid_max_qp == 7);
   CHECK(ok.uid_max_connections == 5);
   CHECK(ok.uid_max_ring_mb == 64);
+  REQUIRE(parse_options({"--netdev", "eth0", "--max-cm-ids-per-client", "8", "--uid-max-cm-ids", "9"},
+                        &ok, &err, &help));
+  CHECK(ok.max_cm_ids_per_client == 8);
+  CHECK(ok.uid_max_cm_ids == 9);
   CHECK(std::string(usage()).find("--uid-max-qp N") != std::string::npos);
 }
 
@@ -833,8 +837,7 @@ TEST_CASE("backend__a_device_on_an_absent_hw_backend_answers_its_errno_and_idles
   req.op = MROCE_OP_ALLOC_PD;
   device.handle(*c, req, &pd);
   CHECK(pd.err == ENODEV);
-  CHECK(pd.reason == std::strerror(ENODEV));
-  CHECK(hw_backend->last_error() == "CREATE_PD: the device is not up");
+  CHECK(pd.reason == "CREATE_PD: the device is not up");  // the backend's reason, not strerror
   CHECK(device.counters().ctrl_errors == 1);
   CHECK(device.poll_once() == 0);
   CHECK(device.next_deadline() == fw::kNever);
@@ -1001,4 +1004,87 @@ TEST_CASE("srq__control_refusals_say_why") {
 }
 
 }  // namespace
+
+namespace {
+
+// ud: a UD QP of client c in RESET (its own PD and CQ); the QPN.
+uint32_t ud_qp_of(Fixture& f, Device::Client& c) {
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call_as(c, MROCE_OP_ALLOC_PD, {})).pdn;
+  mroce_create_cq_req creq{1, 16, 0};
+  Device::Reply cr = f.call_as(c, MROCE_OP_CREATE_CQ, bytes_of(creq));
+  REQUIRE(cr.err == 0);
+  for (int fd : cr.fds) close(fd);
+  mroce_create_qp_req q{};
+  q.pdn = pdn;
+  q.send_cqn = q.recv_cqn = reply_as<mroce_create_cq_resp>(cr).cqn;
+  q.cap = {16, 16, 1, 1, 0};
+  q.qp_type = 4;  // IBV_QPT_UD
+  Device::Reply r = f.call_as(c, MROCE_OP_CREATE_QP, bytes_of(q));
+  REQUIRE(r.err == 0);
+  for (int fd : r.fds) close(fd);
+  return reply_as<mroce_create_qp_resp>(r).qpn;
+}
+
+Device::Reply to_init_with_qkey(Fixture& f, Device::Client& c, uint32_t qpn, uint32_t qkey) {
+  mroce_modify_qp_req m{};
+  m.qpn = qpn;
+  m.attr.attr_mask = fw::kAttrState | fw::kAttrPkeyIndex | fw::kAttrPort | fw::kAttrQkey;
+  m.attr.qp_state = 1;
+  m.attr.port_num = 1;
+  m.attr.qkey = qkey;
+  return f.call_as(c, MROCE_OP_MODIFY_QP, bytes_of(m));
+}
+
+}  // namespace
+
+TEST_CASE("control__controlled_qkey_needs_root") {
+  Fixture f;
+  Device::Client* user = f.open(4242);
+  Device::Client* root = f.open(0);
+  uint32_t uq = ud_qp_of(f, *user), rq = ud_qp_of(f, *root);
+  Device::Reply r = to_init_with_qkey(f, *user, uq, 0x80010000);
+  CHECK(r.err == EPERM);
+  CHECK(r.reason == "Q_Key 0x80010000 is controlled (high bit set): only a privileged user (root) "
+                    "may give a QP one");
+  CHECK(f.device.counters().qkey_privileged_refused == 1);
+  CHECK(to_init_with_qkey(f, *user, uq, 0x11111111).err == 0);
+  CHECK(to_init_with_qkey(f, *root, rq, 0x80010000).err == 0);
+  CHECK(f.device.counters().qkey_privileged_refused == 1);
+}
+
+TEST_CASE("control__create_ah_refusals_have_reasons") {
+  Fixture f;
+  Device::Client* other = f.open(getuid() + 1);
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  mroce_create_ah_req req{};
+  req.pdn = pdn;
+  req.ah.dgid[10] = req.ah.dgid[11] = 0xff;
+  req.ah.dgid[12] = 10;
+  req.ah.hop_limit = 64;
+  Device::Reply r = f.call(MROCE_OP_CREATE_AH, bytes_of(req));
+  CHECK(r.err == EINVAL);
+  CHECK(r.reason.find("address handle without a GRH") == 0);
+  req.ah.is_global = 1;
+  r = f.call_as(*other, MROCE_OP_CREATE_AH, bytes_of(req));
+  CHECK(r.err == ENOENT);
+  CHECK(r.reason == "no PD " + std::to_string(pdn) + " in this context");
+  req.ah.sgid_index = 5;  // the fixture's port has one GID
+  r = f.call(MROCE_OP_CREATE_AH, bytes_of(req));
+  CHECK(r.err == EINVAL);
+  CHECK(r.reason == "sgid_index 5 is beyond the port's GID table");
+  CHECK(f.device.counters().ah_refused == 3);
+  req.ah.sgid_index = 0;
+  r = f.call(MROCE_OP_CREATE_AH, bytes_of(req));
+  REQUIRE(r.err == 0);
+  uint32_t ahn = reply_as<mroce_create_ah_resp>(r).ahn;
+  mroce_handle_req h{ahn, 0};
+  r = f.call_as(*other, MROCE_OP_DESTROY_AH, bytes_of(h));
+  CHECK(r.err == ENOENT);
+  CHECK(r.reason == "no AH " + std::to_string(ahn) + " in this context");
+  mroce_handle_req pd_req{pdn, 0};
+  CHECK(f.call(MROCE_OP_DEALLOC_PD, bytes_of(pd_req)).err == EBUSY);  // the AH holds the PD
+  CHECK(f.call(MROCE_OP_DESTROY_AH, bytes_of(h)).err == 0);
+  CHECK(f.call(MROCE_OP_DEALLOC_PD, bytes_of(pd_req)).err == 0);
+}
+
 }  // namespace metaroce::daemon

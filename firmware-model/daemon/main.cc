@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <bit>
 #include <utility>
 
 #include <boost/asio.hpp>
@@ -266,6 +267,12 @@ int run(const Options& o) {
   cfg.engine.congestion = o.cc;
   cfg.engine.base_rtt = static_cast<fw::Time>(o.base_rtt_us) * 1000;
   cfg.engine.link_bps = static_cast<uint64_t>(o.link_gbps) * 1'000'000'000;
+  cfg.engine.violate = o.violate;
+  if (o.violate)
+    log_line(LogLevel::kWarn, "--violate: " + std::to_string(std::popcount(o.violate)) +
+                                  " protocol rule(s) broken on purpose (" +
+                                  fw::violation_names(o.violate) +
+                                  "): this device is NOT conformant; for tests only");
   cfg.limits.max_qp = o.max_qp_per_client;
   cfg.user_limits.max_qp = o.uid_max_qp;
   cfg.user_limits.max_srq = o.uid_max_srq;
@@ -274,6 +281,8 @@ int run(const Options& o) {
   cfg.user_limits.max_mr = o.uid_max_mr;
   cfg.user_limits.max_connections = o.uid_max_connections;
   cfg.user_limits.max_ring_bytes = uint64_t{o.uid_max_ring_mb} << 20;
+  cfg.cm_limits.max_ids_per_client = o.max_cm_ids_per_client;
+  cfg.cm_limits.max_ids_per_user = o.uid_max_cm_ids;
   cfg.ifindex = static_cast<uint32_t>(link.monitor().link().ifindex);
   cfg.gid_tbl_len = HostLink::kGidTableLen;
   // The one place the transport is chosen: the soft NIC on this packet
@@ -297,6 +306,7 @@ int run(const Options& o) {
     log_line(LogLevel::kInfo, "transport: hw backend on the device model (" +
                                   std::string(pio->name()) + " is its MAC)");
   }
+  cfg.link = &link;
   Device device(cfg, backend, doorbell);
   if (!hw_error.empty()) {
     log_line(LogLevel::kError, hw_error);

@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "firmware-model/engine/engine.h"
+
 namespace metaroce::daemon {
 
 const char* usage() {
@@ -39,6 +41,8 @@ const char* usage() {
          "  --uid-max-mr N          per-user MR limit (default 32768)\n"
          "  --uid-max-connections N per-user limit of open control connections (default 256)\n"
          "  --uid-max-ring-mb N     per-user CQ+QP ring memory in MiB (default 1024)\n"
+         "  --max-cm-ids-per-client N  rdma_cm IDs per channel (default 1024)\n"
+         "  --uid-max-cm-ids N      per-user rdma_cm IDs over all its channels (default 4096)\n"
          "  --pidfile FILE          write the daemon's pid here\n"
          "  --rt-priority N         run the NIC loop SCHED_FIFO at priority N, 0 = off (default\n"
          "                          10: a woken NIC must preempt busy-polling applications)\n"
@@ -47,6 +51,10 @@ const char* usage() {
          "                          /etc/metaroce/IF.conf)\n"
          "  --metrics [ADDR:]PORT   serve counters to Prometheus on http://ADDR:PORT/metrics (off by default;\n"
          "                          ADDR defaults to 127.0.0.1)\n"
+         "  --violate RULE[,RULE]   TEST ONLY: break these protocol rules on purpose (a\n"
+         "                          non-conformant device for the conformance suite,\n"
+         "                          docs/conformance.md): ack-without-sack, wrong-nack-code,\n"
+         "                          no-probe-reply\n"
          "  -v                      log at debug level too (client connections, I/O probing)\n";
 }
 
@@ -180,12 +188,22 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
       if (!number(1, 1u << 20, &o->uid_max_mr)) return false;
     } else if (a == "--uid-max-connections") {
       if (!number(1, 65536, &o->uid_max_connections)) return false;
+    } else if (a == "--max-cm-ids-per-client") {
+      if (!number(1, 65536, &o->max_cm_ids_per_client)) return false;
+    } else if (a == "--uid-max-cm-ids") {
+      if (!number(1, 1u << 20, &o->uid_max_cm_ids)) return false;
     } else if (a == "--uid-max-ring-mb") {
       if (!number(1, 1u << 20, &o->uid_max_ring_mb)) return false;
     } else if (a == "--rt-priority") {
       if (!number(0, 99, &o->rt_priority)) return false;
     } else if (a == "--pidfile") {
       if (!value(&o->pidfile)) return false;
+    } else if (a == "--violate") {
+      if (!value(&v)) return false;
+      if (!fw::parse_violations(v, &o->violate, error)) {
+        *error = "--violate: " + *error;
+        return false;
+      }
     } else if (a == "--metrics") {
       if (!value(&v) || !parse_listen_address(v, &o->metrics_addr, &o->metrics_port, error))
         return false;

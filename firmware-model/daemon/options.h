@@ -30,6 +30,8 @@ struct Options {
   uint32_t uid_max_srq = 2048;  // --uid-max-srq N
   uint32_t uid_max_connections = 256;
   uint32_t uid_max_ring_mb = 1024;    // CQ and QP ring memory, MiB
+  uint32_t max_cm_ids_per_client = 1024;  // --max-cm-ids-per-client N (rdma_cm IDs)
+  uint32_t uid_max_cm_ids = 4096;         // --uid-max-cm-ids N
   std::string pidfile;                // --pidfile FILE
   uint32_t rt_priority = 10;          // --rt-priority N (SCHED_FIFO; 0 = normal scheduling)
   bool verbose = false;               // -v
@@ -37,6 +39,10 @@ struct Options {
   // when metrics_port is 0. ADDR defaults to 127.0.0.1 (IPv6 as [ADDR]).
   std::string metrics_addr = "127.0.0.1";
   uint16_t metrics_port = 0;
+  // --violate RULE[,RULE]: test only. Breaks the named rules of
+  // docs/protocol.md on purpose (fw::Violation), for the conformance
+  // suite's non-conformant device. Command line only, never a config file.
+  uint32_t violate = 0;
 };
 
 // "9464", "127.0.0.1:9464", "[::1]:9464" -> address and port (1..65535).

@@ -35,6 +35,9 @@ bool config_line_words(const std::string& line, std::vector<std::string>* words,
   if (name.rfind("-", 0) == 0)
     return *error = "write '" + line.substr(line.find_first_not_of('-')) +
                     "' without the leading dashes", false;
+  if (name == "violate")
+    return *error = "'violate' cannot be set in a config file: a deliberately broken device "
+                    "is a test's choice, given on the command line", false;
   if (name == "netdev" || name == "config")
     return *error = "'" + name + "' cannot be set in a config file: the interface is the "
                                  "file's name (IF.conf, metaroced@IF)", false;

@@ -1,5 +1,7 @@
 #include "firmware-model/daemon/soft_nic.h"
 
+#include "firmware-model/daemon/cm_role.h"
+
 #include <sys/random.h>
 
 #include <algorithm>
@@ -124,13 +126,16 @@ int SoftNic::poll_rx() {
     done.push_back(std::move(loopback_.front()));
     loopback_.pop_front();
     const std::vector<uint8_t>& frame = done.back();
+    total++;
+    if (env_.cm && env_.cm->on_frame(frame, env_.clock->now())) continue;
     dma_.set_stable_source(frame.data(), frame.size());
     engine().on_frame(frame);
-    total++;
   }
   io::PacketIo* io = env_.io;
   int n = io ? io->rx_burst(rx_batch_) : 0;
   for (int i = 0; i < n; i++) {
+    if (env_.cm && env_.cm->on_frame({rx_batch_[i].data, rx_batch_[i].len}, env_.clock->now()))
+      continue;
     dma_.set_stable_source(rx_batch_[i].data, rx_batch_[i].len);
     engine().on_frame({rx_batch_[i].data, rx_batch_[i].len});
   }

@@ -22,6 +22,8 @@
 namespace metaroce::daemon {
 
 // Next-hop resolution and local link facts (netlink in the daemon).
+class CmRole;
+
 class LinkInterface {
  public:
   virtual ~LinkInterface() = default;
@@ -37,6 +39,7 @@ struct BackendEnv {
   hw::EventSink* events = nullptr;  // the queue pump
   std::function<ClientMemory*(fw::OwnerId)> memory_of;  // a client's address space
   DaemonCounters* counters = nullptr;  // the soft NIC counts tx drops there
+  CmRole* cm = nullptr;  // CM frames go here before the engine (cm_role.h)
 };
 
 // ... and what the soft NIC takes besides.
@@ -93,6 +96,8 @@ class SoftNic final : private SoftNicHal, public hw::SoftBackend {
   void host_counters(std::vector<hw::NamedCounter>* out) const override;
 
   const DmaStats& dma_stats() const { return dma_.stats(); }
+  // A control frame (CM) from the daemon, by the engine's own path.
+  void send_control(const fw::OutPacket& p) { SoftNicHal::send(p); }
 
  private:
   int poll_rx();

@@ -16,7 +16,9 @@ NackAction action_for(proto::NackReason r, WcStatus* status) {
     case proto::NackReason::kRemoteOperationError: *status = WcStatus::kRemOpErr; return NackAction::kFail;
     case proto::NackReason::kSequenceError: return NackAction::kIgnore;
   }
-  return NackAction::kIgnore;
+  // docs/protocol.md §3.8: an unknown reason is a REMOTE_OPERATION_ERROR.
+  *status = WcStatus::kRemOpErr;
+  return NackAction::kFail;
 }
 
 namespace {

@@ -39,6 +39,10 @@ TEST_CASE("nack_action__maps_reasons_to_statuses") {
   completer::action_for(proto::NackReason::kRemoteOperationError, &s);
   CHECK(s == WcStatus::kRemOpErr);
   CHECK(completer::action_for(proto::NackReason::kSequenceError, &s) == completer::NackAction::kIgnore);
+  // docs/protocol.md §3.8 [R3.8-6]: unknown reasons are REMOTE_OPERATION_ERROR.
+  s = WcStatus::kSuccess;
+  CHECK(completer::action_for(static_cast<proto::NackReason>(0x42), &s) == completer::NackAction::kFail);
+  CHECK(s == WcStatus::kRemOpErr);
 }
 
 TEST_CASE("completer__completions_in_posting_order") {

@@ -14,6 +14,45 @@
 
 namespace metaroce::fw {
 
+namespace {
+struct ViolationName {
+  Violation bit;
+  const char* name;
+};
+constexpr ViolationName kViolationNames[] = {
+    {kViolateAckWithoutSack, "ack-without-sack"},
+    {kViolateWrongNackCode, "wrong-nack-code"},
+    {kViolateNoProbeReply, "no-probe-reply"},
+};
+}  // namespace
+
+bool parse_violations(const std::string& list, uint32_t* out, std::string* error) {
+  uint32_t bits = 0;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = std::min(list.find(',', start), list.size());
+    std::string name = list.substr(start, comma - start);
+    const ViolationName* hit = nullptr;
+    for (const ViolationName& v : kViolationNames)
+      if (name == v.name) hit = &v;
+    if (!hit) {
+      *error = "unknown rule '" + name + "' (known: " + violation_names(~0u) + ")";
+      return false;
+    }
+    bits |= hit->bit;
+    start = comma + 1;
+  }
+  *out = bits;
+  return true;
+}
+
+std::string violation_names(uint32_t bits) {
+  std::string s;
+  for (const ViolationName& v : kViolationNames)
+    if (bits & v.bit) s += (s.empty() ? "" : ",") + std::string(v.name);
+  return s;
+}
+
 // ---------------- Core ----------------
 
 Core::Core(const EngineConfig& config, Hal hal)
@@ -894,6 +933,7 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
     return;
   }
   if (p.mbth.opcode == proto::Opcode::kProbe) {  // docs/protocol.md §8
+    if (c.config().violate & kViolateNoProbeReply) return;
     if (qp->state == QpState::kRtr || qp->state == QpState::kRts || qp->state == QpState::kSqd) {
       proto::Packet r;
       r.mbth = p.mbth;

@@ -19,6 +19,20 @@
 
 namespace metaroce::fw {
 
+// Deliberate violations of docs/protocol.md, for the conformance suite's
+// broken device (docs/conformance.md; metaroced --violate). Test only: a
+// bit set makes the engine non-conformant in exactly the named rule.
+enum Violation : uint32_t {
+  kViolateAckWithoutSack = 1u << 0,  // every ACK's SACK bitmap is 0 (§3.7)
+  kViolateWrongNackCode = 1u << 1,   // access errors NACKed INVALID_REQUEST (§3.8)
+  kViolateNoProbeReply = 1u << 2,    // PROBEs go unanswered (§8)
+};
+// "ack-without-sack,wrong-nack-code" -> bits. False, with the unknown name
+// and the known ones in *error, for anything else (an empty list too).
+bool parse_violations(const std::string& list, uint32_t* out, std::string* error);
+// The names of the bits set, comma separated ("" for none).
+std::string violation_names(uint32_t bits);
+
 struct EngineConfig {
   DeviceCaps caps;
   PortInfo port;
@@ -28,6 +42,7 @@ struct EngineConfig {
   // RTT and the port's line rate.
   Time base_rtt = 10'000;  // ns
   uint64_t link_bps = 25'000'000'000;
+  uint32_t violate = 0;  // Violation bits; 0 in every real deployment
 };
 
 // Counters by reason; every drop, reject and retry increments exactly one.

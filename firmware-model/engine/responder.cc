@@ -414,6 +414,8 @@ State duplicate(Core& c, Qp& qp, Req& r) {
 // its error if one is involved, QP to ERR with an affiliated event.
 void fatal_nack(Core& c, Qp& qp, proto::NackReason reason, uint32_t psn, uint8_t path,
                 EventType ev) {
+  if ((c.config().violate & kViolateWrongNackCode) && reason == proto::NackReason::kRemoteAccessError)
+    reason = proto::NackReason::kInvalidRequest;
   send_nack(c, qp, reason, psn, path);
   qp.has_fatal_nack = true;
   qp.fatal_nack = {reason, qp.attr.min_rnr_timer, psn};
@@ -539,7 +541,7 @@ void send_ack(Core& c, Qp& qp, bool dup) {
   proto::Packet p = reply(qp, Opcode::kAck, qp.rw.cum(), qp.rq_head, now, qp.ack_echo_path);
   proto::Ackh& a = p.ack;
   a.cum_psn = qp.rw.cum();
-  a.sack = qp.rw.sack();
+  a.sack = (c.config().violate & kViolateAckWithoutSack) ? 0 : qp.rw.sack();
   a.echo_ts = qp.ack_echo_ts;
   a.echo_path = qp.ack_echo_path;
   a.credit = c.credit()->grant(qp.qpn, now, qp.ack_ce);

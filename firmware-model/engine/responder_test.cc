@@ -372,7 +372,6 @@ TEST_CASE("responder__garbage_and_unknown_qp_are_counted") {
   CHECK(t.b.engine->counters().rx_drop_unknown_qp == 1);
 }
 
-}  // namespace metaroce::fw::test
 
 // ---- placement (hal.h §Placement): nothing is acknowledged that did not land ----
 
@@ -629,6 +628,71 @@ TEST_CASE("responder__read_ahead_of_a_hole_is_held_then_served_in_order") {
   for (const std::string& l : t.a.port.log) {
     INFO(l);
     CHECK(!(l.find("RDMA_READ_REQ") != std::string::npos && l.find("RETX") != std::string::npos));
+  }
+}
+
+}  // namespace metaroce::fw::test
+
+// EngineConfig::violate (the conformance suite's broken device): each bit
+// breaks its one rule, and an engine without bits keeps it.
+TEST_CASE("responder__violations_break_only_the_named_rule") {
+  uint32_t bits = 0;
+  std::string err;
+  CHECK(parse_violations("ack-without-sack,no-probe-reply", &bits, &err));
+  CHECK(bits == (kViolateAckWithoutSack | kViolateNoProbeReply));
+  CHECK(violation_names(bits) == "ack-without-sack,no-probe-reply");
+  CHECK_FALSE(parse_violations("ack-without-sack,bogus", &bits, &err));
+  CHECK(err == "unknown rule 'bogus' (known: ack-without-sack,wrong-nack-code,no-probe-reply)");
+  CHECK_FALSE(parse_violations("", &bits, &err));
+
+  for (uint32_t violate : {0u, uint32_t{kViolateAckWithoutSack}}) {
+    INFO("violate " << violate);
+    EngineConfig cfg;
+    cfg.violate = violate;
+    Bench t(1, cfg);
+    t.connect_pair();
+    bool dropped = false;
+    t.filter = [&](const std::string& what, bool from_a) {
+      if (from_a && !dropped && what.find("psn 1001 ") != std::string::npos) return dropped = true, false;
+      return true;
+    };
+    REQUIRE(t.a.post_send(write_to(t, 1, 0, 0, 4096)) == 0);
+    run_until_send_cq(t, 1);
+    bool saw_sack = false;
+    for (auto& s : t.b.port.log)
+      if (s.find("ACK cum 1001 sack") != std::string::npos && s.find("sack 0") == std::string::npos)
+        saw_sack = true;
+    CHECK(saw_sack == (violate == 0));
+  }
+  for (uint32_t violate : {0u, uint32_t{kViolateWrongNackCode}}) {
+    INFO("violate " << violate);
+    EngineConfig cfg;
+    cfg.violate = violate;
+    Bench t(1, cfg);
+    t.connect_pair();
+    SendWr w = write_to(t, 1, 0, 0, 100);
+    w.rkey ^= 0x80;
+    REQUIRE(t.a.post_send(w) == 0);
+    auto sc = run_until_send_cq(t, 1);
+    REQUIRE(sc.size() == 1);
+    CHECK(st(sc[0]) == (violate ? "REM_INV_REQ_ERR" : "REM_ACCESS_ERR"));
+  }
+  for (uint32_t violate : {0u, uint32_t{kViolateNoProbeReply}}) {
+    INFO("violate " << violate);
+    EngineConfig cfg;
+    cfg.violate = violate;
+    Bench t(1, cfg);
+    t.connect_pair();
+    proto::Packet p;
+    p.mbth.opcode = proto::Opcode::kProbe;
+    p.mbth.dest_qpn = t.b.qpn;
+    proto::FrameHeaders h;
+    h.src_ip = t.a.ip;
+    h.dst_ip = t.b.ip;
+    std::vector<uint8_t> frame(200);
+    frame.resize(proto::build_frame(h, p, frame));
+    t.b.engine->on_frame(frame);
+    CHECK(t.b.port.raw.size() == (violate ? 0u : 1u));
   }
 }
 

@@ -23,6 +23,7 @@
 #include <set>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "firmware-model/hw/hw_abi.h"
 #include "firmware-model/hw/register_space.h"
@@ -78,6 +79,7 @@ class HwOffloadBackend final : public TransportBackend {
   bool up() const { return up_; }
   // Reason of the last failed call ("" after a success).
   const std::string& last_error() const { return last_error_; }
+  std::string take_error() override { return std::exchange(last_error_, {}); }
 
   const char* name() const override { return "hw"; }
   const fw::DeviceCaps& caps() const override { return caps_; }

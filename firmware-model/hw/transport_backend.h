@@ -135,6 +135,9 @@ class TransportBackend {
   virtual int qp_transport(uint32_t qpn, fw::Time now, fw::QpTransportStats* out) = 0;
   // One line about a QP for the log ("" if no such QP).
   virtual std::string describe_qp(uint32_t qpn) = 0;
+  // Why the last failed call failed, once (then ""): what the daemon tells
+  // the application beside the errno. "": the backend has no reason to add.
+  virtual std::string take_error() { return {}; }
 };
 
 // fw::Counters as name/value pairs, in the order of its fields (the names

@@ -64,6 +64,14 @@ enum mroce_op {
   MROCE_OP_QUERY_SRQ = 26,    /* mroce_handle_req (handle = srqn) */
   MROCE_OP_DESTROY_SRQ = 27,  /* mroce_handle_req (handle = srqn) */
   MROCE_OP_QUERY_DEVICE_EX = 28, /* empty -> mroce_device_attr_ex (SRQ caps, ...) */
+  /* cm: the emulated /dev/infiniband/rdma_cm (docs/connection-manager.md §4, §6).
+   * One control connection per emulated file; no context needed. */
+  MROCE_OP_UCMA_OPEN = 32, /* request carries 1 fd: the channel's event socket (daemon's end);
+                              reply: mroce_ucma_open_resp */
+  MROCE_OP_UCMA_CMD = 33,  /* body: struct rdma_ucm_cmd_hdr, the command (hdr.in bytes), then
+                              for SET_OPTION the option value (optlen bytes); reply body: the
+                              command's response (at most hdr.out bytes) */
+  MROCE_OP_UCMA_LAST = 47, /* 34..47: reserved for the ucma family */
 };
 
 struct mroce_msg_hdr {
@@ -82,6 +90,19 @@ struct mroce_reply_status {
   char reason[MROCE_REASON_LEN];  /* NUL-terminated, human-readable, "" on success */
 };
 MROCE_STATIC_ASSERT(sizeof(struct mroce_reply_status) == 128, "status");
+
+/* ---- ucma (cm) ---- */
+struct mroce_ucma_open_resp {
+  uint64_t token; /* names this channel in another channel's MIGRATE_ID */
+};
+/* One record on a channel's event socket: this header, then the kernel's
+ * struct rdma_ucm_event_resp. counted_id is the ID whose events_reported
+ * the event counts toward (the listener's for CONNECT_REQUEST). */
+struct mroce_ucma_event_hdr {
+  uint32_t counted_id;
+  uint32_t reserved;
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_ucma_event_hdr) == 8, "ucma event");
 
 struct mroce_open_context_req {
   uint32_t client_abi; /* MROCE_ABI_VERSION */

@@ -13,11 +13,15 @@
 // clang-format on
 #include "kmod-shim/launcher/ucma_emulation.h"
 
+#include "firmware-model/uapi/metaroce_abi.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <vector>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -43,26 +47,9 @@ bool gid_of(const sockaddr* a, uint8_t gid[16]) {
   return false;
 }
 
-bool is_wildcard(const sockaddr* a) {
-  uint8_t gid[16], zero[16] = {};
-  if (!gid_of(a, gid)) return false;
-  if (a->sa_family == AF_INET) return std::memcmp(gid + 12, zero, 4) == 0;
-  return std::memcmp(gid, zero, 16) == 0;
-}
 
-uint16_t port_of(const sockaddr* a) {
-  return a->sa_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(a)->sin_port)
-                                 : ntohs(reinterpret_cast<const sockaddr_in6*>(a)->sin6_port);
-}
 
-void set_port(sockaddr* a, uint16_t port) {
-  if (a->sa_family == AF_INET) reinterpret_cast<sockaddr_in*>(a)->sin_port = htons(port);
-  else reinterpret_cast<sockaddr_in6*>(a)->sin6_port = htons(port);
-}
 
-socklen_t len_of(const sockaddr* a) {
-  return a->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-}
 
 // "fe80:0000:...:0001" (sysfs GID text) -> 16 bytes.
 bool parse_gid(const std::string& text, uint8_t out[16]) {
@@ -129,15 +116,30 @@ bool find_device_address(const std::string& sysfs_root, const sockaddr* addr, De
   closedir(d);
   return found;
 }
+bool find_daemon_socket(const std::string& sysfs_root, std::string* path) {
+  const std::string dir = sysfs_root + "/class/infiniband";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return false;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d))
+    if (std::strncmp(e->d_name, "metaroce", 8) == 0) names.emplace_back(e->d_name);
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    const std::string p = read_line(dir + "/" + n + "/metaroce_socket");
+    if (!p.empty() && p[0] == '/') return *path = p, true;
+  }
+  return false;
+}
 
-UcmaFile::UcmaFile(int event_fd, std::string sysfs_root)
-    : event_fd_(event_fd), sysfs_root_(std::move(sysfs_root)) {}
+UcmaFile::UcmaFile(int event_fd, UcmaTransport transport, uint64_t token)
+    : event_fd_(event_fd), transport_(std::move(transport)), token_(token) {}
 
 thread_local std::string t_error;
 
 const std::string& UcmaFile::last_error() { return t_error; }
 
-ssize_t UcmaFile::fail(int err, const char* why) {
+ssize_t UcmaFile::fail(int err, const std::string& why) {
   t_error = why;
   return -err;
 }
@@ -148,211 +150,180 @@ ssize_t UcmaFile::write(const void* buf, size_t len) {
   rdma_ucm_cmd_hdr_view hdr;
   std::memcpy(&hdr, buf, kHdr);
   if (size_t{hdr.in} + kHdr > len) return fail(EINVAL, "hdr.in runs past the write");
-  const void* in = static_cast<const uint8_t*>(buf) + kHdr;
-  ssize_t r = 0;
-  if (hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT) {  // may block: not under the lock
-    r = hdr.in >= sizeof(rdma_ucm_get_event) ? get_event(in, hdr.out)
-                                            : fail(EINVAL, "GET_EVENT too short");
-  } else {
-    std::lock_guard<std::mutex> hold(mu_);
-    r = command(hdr, in);
-  }
+  const auto* in = static_cast<const uint8_t*>(buf) + kHdr;
+  const ssize_t r = command(hdr, in);
   return r < 0 ? r : static_cast<ssize_t>(len);
 }
 
-ssize_t UcmaFile::command(const rdma_ucm_cmd_hdr_view& hdr, const void* in) {
-  ssize_t r = 0;
-  auto need = [&](size_t size) { return hdr.in >= size; };
+namespace {
+
+// The struct each command must carry, and where its response pointer is
+// (-1: it writes none). The daemon checks the sizes again.
+struct Shape {
+  size_t in;
+  int response_at;
+};
+Shape shape_of(uint32_t cmd) {
+  switch (cmd) {
+    case RDMA_USER_CM_CMD_CREATE_ID: return {sizeof(rdma_ucm_create_id), offsetof(rdma_ucm_create_id, response)};
+    case RDMA_USER_CM_CMD_DESTROY_ID: return {sizeof(rdma_ucm_destroy_id), 0};
+    case RDMA_USER_CM_CMD_BIND_IP: return {sizeof(rdma_ucm_bind_ip), -1};
+    case RDMA_USER_CM_CMD_BIND: return {sizeof(rdma_ucm_bind), -1};
+    case RDMA_USER_CM_CMD_RESOLVE_IP: return {sizeof(rdma_ucm_resolve_ip), -1};
+    case RDMA_USER_CM_CMD_RESOLVE_ADDR: return {sizeof(rdma_ucm_resolve_addr), -1};
+    case RDMA_USER_CM_CMD_RESOLVE_ROUTE: return {sizeof(rdma_ucm_resolve_route), -1};
+    case RDMA_USER_CM_CMD_QUERY_ROUTE: return {sizeof(rdma_ucm_query), 0};
+    case RDMA_USER_CM_CMD_QUERY: return {sizeof(rdma_ucm_query), 0};
+    case RDMA_USER_CM_CMD_CONNECT: return {offsetof(rdma_ucm_connect, reserved), -1};
+    case RDMA_USER_CM_CMD_LISTEN: return {sizeof(rdma_ucm_listen), -1};
+    case RDMA_USER_CM_CMD_ACCEPT: return {offsetof(rdma_ucm_accept, reserved), -1};
+    case RDMA_USER_CM_CMD_REJECT: return {sizeof(rdma_ucm_reject), -1};
+    case RDMA_USER_CM_CMD_DISCONNECT: return {sizeof(rdma_ucm_disconnect), -1};
+    case RDMA_USER_CM_CMD_INIT_QP_ATTR: return {sizeof(rdma_ucm_init_qp_attr), 0};
+    case RDMA_USER_CM_CMD_SET_OPTION: return {sizeof(rdma_ucm_set_option), -1};
+    case RDMA_USER_CM_CMD_NOTIFY: return {sizeof(rdma_ucm_notify), -1};
+    case RDMA_USER_CM_CMD_MIGRATE_ID: return {sizeof(rdma_ucm_migrate_id), 0};
+    case RDMA_USER_CM_CMD_GET_EVENT: return {sizeof(rdma_ucm_get_event), 0};
+    default: return {0, -1};
+  }
+}
+
+void* response_of(const uint8_t* in, int at) {
+  uint64_t p;
+  std::memcpy(&p, in + at, sizeof p);
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(p));
+}
+
+}  // namespace
+
+ssize_t UcmaFile::command(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in) {
+  if (hdr.cmd == RDMA_USER_CM_CMD_JOIN_IP_MCAST || hdr.cmd == RDMA_USER_CM_CMD_JOIN_MCAST ||
+      hdr.cmd == RDMA_USER_CM_CMD_LEAVE_MCAST || hdr.cmd == RDMA_USER_CM_CMD_GET_OPTION)
+    return fail(ENOSYS, "not served: no multicast in MetaRoCE v1; GET_OPTION is not in the ABI");
+  const Shape s = shape_of(hdr.cmd);
+  if (s.in == 0) return fail(EINVAL, "unknown rdma_cm command");
+  if (hdr.in < s.in) return fail(EINVAL, "command shorter than its struct");
   switch (hdr.cmd) {
-    case RDMA_USER_CM_CMD_CREATE_ID:
-      r = need(sizeof(rdma_ucm_create_id)) ? create_id(in, hdr.out) : fail(EINVAL, "CREATE_ID too short");
-      break;
-    case RDMA_USER_CM_CMD_DESTROY_ID:
-      r = need(sizeof(rdma_ucm_destroy_id)) ? destroy_id(in, hdr.out) : fail(EINVAL, "DESTROY_ID too short");
-      break;
-    case RDMA_USER_CM_CMD_BIND_IP:
-      r = need(sizeof(rdma_ucm_bind_ip)) ? bind_ip(in) : fail(EINVAL, "BIND_IP too short");
-      break;
-    case RDMA_USER_CM_CMD_BIND:
-      r = need(sizeof(rdma_ucm_bind)) ? bind(in) : fail(EINVAL, "BIND too short");
-      break;
-    case RDMA_USER_CM_CMD_QUERY_ROUTE:
-      r = need(sizeof(rdma_ucm_query)) ? query_route(in, hdr.out) : fail(EINVAL, "QUERY_ROUTE too short");
-      break;
-    case RDMA_USER_CM_CMD_QUERY:
-      r = need(sizeof(rdma_ucm_query)) ? query(in, hdr.out) : fail(EINVAL, "QUERY too short");
-      break;
-    case RDMA_USER_CM_CMD_LISTEN:
-      r = need(sizeof(rdma_ucm_listen)) ? listen(in) : fail(EINVAL, "LISTEN too short");
-      break;
-    default:
-      return fail(hdr.cmd <= RDMA_USER_CM_CMD_JOIN_MCAST ? ENOSYS : EINVAL,
-                  hdr.cmd <= RDMA_USER_CM_CMD_JOIN_MCAST
-                      ? "not served yet: needs the daemon's CM (docs/connection-manager.md §6)"
-                      : "unknown rdma_cm command");
+    case RDMA_USER_CM_CMD_GET_EVENT: return get_event(in, hdr.out);  // may block: no lock
+    case RDMA_USER_CM_CMD_DESTROY_ID: return destroy_id(hdr, in);
+    case RDMA_USER_CM_CMD_SET_OPTION: return set_option(hdr, in);
+    case RDMA_USER_CM_CMD_MIGRATE_ID: return migrate_id(hdr, in);
   }
-  return r;
-}
-
-UcmaFile::Id* UcmaFile::find(uint32_t id) {
-  auto it = ids_.find(id);
-  return it == ids_.end() ? nullptr : &it->second;
-}
-
-ssize_t UcmaFile::create_id(const void* in, uint16_t out_len) {
-  rdma_ucm_create_id cmd;
-  std::memcpy(&cmd, in, sizeof cmd);
-  if (out_len < sizeof(rdma_ucm_create_id_resp)) return fail(ENOSPC, "CREATE_ID response too small");
-  switch (cmd.ps) {
-    case RDMA_PS_TCP:
-    case RDMA_PS_UDP:
-    case RDMA_PS_IB:
-    case RDMA_PS_IPOIB: break;
-    default: return fail(EINVAL, "unknown port space");
-  }
-  if (ids_.size() >= kMaxIds) return fail(ENOMEM, "too many rdma_cm IDs on this channel");
-  const uint32_t id = next_id_++;
-  Id& x = ids_[id];
-  x.uid = cmd.uid;
-  x.port_space = cmd.ps;
-  x.qp_type = cmd.qp_type;
-  rdma_ucm_create_id_resp resp{};
-  resp.id = id;
-  std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(cmd.response)), &resp, sizeof resp);
+  std::vector<uint8_t> reply;
+  const ssize_t r = forward(hdr, in, {}, &reply);
+  if (r < 0) return r;
+  if (s.response_at >= 0 && !reply.empty())
+    std::memcpy(response_of(in, s.response_at), reply.data(), std::min<size_t>(reply.size(), hdr.out));
   return 0;
 }
 
-ssize_t UcmaFile::destroy_id(const void* in, uint16_t out_len) {
+// hdr + command (+ extra) to the daemon; its reply body back.
+ssize_t UcmaFile::forward(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in,
+                          std::span<const uint8_t> extra, std::vector<uint8_t>* reply) {
+  std::vector<uint8_t> body(kHdr + hdr.in + extra.size());
+  std::memcpy(body.data(), &hdr, kHdr);
+  std::memcpy(body.data() + kHdr, in, hdr.in);
+  if (!extra.empty()) std::memcpy(body.data() + kHdr + hdr.in, extra.data(), extra.size());
+  std::string reason;
+  const int err = transport_(MROCE_OP_UCMA_CMD, body, -1, reply, &reason);
+  if (err) return fail(err, reason);
+  if (reply->size() > hdr.out) return fail(EIO, "daemon answered more than hdr.out");
+  return 0;
+}
+
+uint32_t UcmaFile::take_reported(uint32_t id) {
+  std::lock_guard<std::mutex> hold(mu_);
+  destroyed_.insert(id);
+  auto it = reported_.find(id);
+  const uint32_t n = it == reported_.end() ? 0 : it->second;
+  if (it != reported_.end()) reported_.erase(it);
+  return n;
+}
+
+// The daemon forgets the ID; its events this file handed out are what
+// librdmacm waits to see acknowledged, the unread ones are dropped.
+ssize_t UcmaFile::destroy_id(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in) {
   rdma_ucm_destroy_id cmd;
   std::memcpy(&cmd, in, sizeof cmd);
-  if (out_len < sizeof(rdma_ucm_destroy_id_resp)) return fail(ENOSPC, "DESTROY_ID response too small");
-  if (ids_.erase(cmd.id) == 0) return fail(ENOENT, "no such rdma_cm ID");
-  rdma_ucm_destroy_id_resp resp{};  // no event of this ID was ever reported
-  std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(cmd.response)), &resp, sizeof resp);
+  if (hdr.out < sizeof(rdma_ucm_destroy_id_resp)) return fail(ENOSPC, "DESTROY_ID response too small");
+  std::vector<uint8_t> reply;
+  if (ssize_t r = forward(hdr, in, {}, &reply); r < 0) return r;
+  rdma_ucm_destroy_id_resp resp{take_reported(cmd.id)};
+  std::memcpy(response_of(in, 0), &resp, sizeof resp);
   return 0;
 }
 
-ssize_t UcmaFile::bind_ip(const void* in) {
-  rdma_ucm_bind_ip cmd;
+// The option value is the caller's memory: carried after the command.
+ssize_t UcmaFile::set_option(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in) {
+  rdma_ucm_set_option cmd;
   std::memcpy(&cmd, in, sizeof cmd);
-  const auto* a = reinterpret_cast<const sockaddr*>(&cmd.addr);
-  return bind_common(cmd.id, a, a->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+  if (cmd.optlen > kMaxOption) return fail(EINVAL, "option value longer than any option");
+  std::vector<uint8_t> value(cmd.optlen);
+  if (cmd.optlen) std::memcpy(value.data(), reinterpret_cast<const void*>(static_cast<uintptr_t>(cmd.optval)), cmd.optlen);
+  std::vector<uint8_t> reply;
+  return forward(hdr, in, value, &reply);
 }
 
-ssize_t UcmaFile::bind(const void* in) {
-  rdma_ucm_bind cmd;
+// Written to the new channel; `fd` is the old one's descriptor, which means
+// nothing to the daemon: its token is sent instead.
+ssize_t UcmaFile::migrate_id(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in) {
+  rdma_ucm_migrate_id cmd;
   std::memcpy(&cmd, in, sizeof cmd);
-  if (cmd.addr_size > sizeof cmd.addr) return fail(EINVAL, "BIND addr_size larger than the address");
-  return bind_common(cmd.id, reinterpret_cast<const sockaddr*>(&cmd.addr), cmd.addr_size);
-}
-
-ssize_t UcmaFile::bind_common(uint32_t id, const sockaddr* addr, socklen_t len) {
-  Id* x = find(id);
-  if (!x) return fail(ENOENT, "no such rdma_cm ID");
-  if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
-    return fail(EAFNOSUPPORT, "only AF_INET and AF_INET6 (no AF_IB on MetaRoCE)");
-  if (len < len_of(addr)) return fail(EINVAL, "address shorter than its family");
-  if (x->is_bound) return fail(EINVAL, "rdma_cm ID already bound");
-  DeviceAddress dev;
-  if (!is_wildcard(addr) && !find_device_address(sysfs_root_, addr, &dev))
-    return fail(EADDRNOTAVAIL, "no MetaRoCE device has this address (is metaroced running on it?)");
-  sockaddr_storage bound{};
-  std::memcpy(&bound, addr, len_of(addr));
-  auto* b = reinterpret_cast<sockaddr*>(&bound);
-  if (port_of(b) == 0) {  // an ephemeral port, as the kernel picks one
-    for (uint32_t p = 32768; p <= 65535; ++p) {
-      set_port(b, static_cast<uint16_t>(p));
-      if (!port_taken(x->port_space, b)) break;
-    }
+  if (hdr.out < sizeof(rdma_ucm_migrate_resp)) return fail(ENOSPC, "MIGRATE_ID response too small");
+  UcmaFile* old = find_file_ ? find_file_(static_cast<int>(cmd.fd)) : nullptr;
+  if (!old) return fail(EBADF, "MIGRATE_ID: fd is not an rdma_cm channel");
+  const uint64_t token = old->token();
+  std::vector<uint8_t> reply;
+  const auto* t = reinterpret_cast<const uint8_t*>(&token);
+  if (ssize_t r = forward(hdr, in, {t, sizeof token}, &reply); r < 0) return r;
+  rdma_ucm_migrate_resp resp{old == this ? 0u : old->take_reported(cmd.id)};
+  if (old != this) {
+    std::lock_guard<std::mutex> hold(old->mu_);
+    old->destroyed_.insert(cmd.id);  // its unread events there are stale now
   }
-  if (port_taken(x->port_space, b)) return fail(EADDRINUSE, "port in use in this port space");
-  x->bound = bound;
-  x->is_bound = true;
-  x->device = dev;
-  return 0;
-}
-
-bool UcmaFile::port_taken(uint16_t ps, const sockaddr* addr) const {
-  for (const auto& [id, x] : ids_) {
-    if (!x.is_bound || x.port_space != ps) continue;
-    const auto* b = reinterpret_cast<const sockaddr*>(&x.bound);
-    if (port_of(b) != port_of(addr)) continue;
-    uint8_t g1[16], g2[16];
-    gid_of(b, g1);
-    gid_of(addr, g2);
-    if (is_wildcard(b) || is_wildcard(addr) || std::memcmp(g1, g2, 16) == 0) return true;
-  }
-  return false;
-}
-
-ssize_t UcmaFile::query_route(const void* in, uint16_t out_len) {
-  rdma_ucm_query cmd;
-  std::memcpy(&cmd, in, sizeof cmd);
-  if (out_len < offsetof(rdma_ucm_query_route_resp, ibdev_index))
-    return fail(ENOSPC, "QUERY_ROUTE response too small");
-  const Id* x = find(cmd.id);
-  if (!x) return fail(ENOENT, "no such rdma_cm ID");
-  rdma_ucm_query_route_resp resp{};
-  resp.node_guid = x->device.node_guid_be;
-  resp.port_num = x->device.node_guid_be ? x->device.port : 0;
-  if (x->is_bound) {
-    const auto* b = reinterpret_cast<const sockaddr*>(&x->bound);
-    std::memcpy(&resp.src_addr, b, len_of(b));
-    gid_of(b, resp.ib_route[0].sgid);
-  }
-  // No route yet (RESOLVE_* need the daemon); ibdev_index is left as the
-  // caller set it (librdmacm: "unknown"), as an older kernel does.
-  const size_t n = std::min<size_t>(out_len, offsetof(rdma_ucm_query_route_resp, ibdev_index));
-  std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(cmd.response)), &resp, n);
-  return 0;
-}
-
-ssize_t UcmaFile::query(const void* in, uint16_t out_len) {
-  rdma_ucm_query cmd;
-  std::memcpy(&cmd, in, sizeof cmd);
-  if (cmd.option != RDMA_USER_CM_QUERY_ADDR)
-    return fail(ENOSYS, "QUERY PATH/GID: needs the daemon's CM (docs/connection-manager.md §6)");
-  if (out_len < offsetof(rdma_ucm_query_addr_resp, ibdev_index))
-    return fail(ENOSPC, "QUERY response too small");
-  const Id* x = find(cmd.id);
-  if (!x) return fail(ENOENT, "no such rdma_cm ID");
-  rdma_ucm_query_addr_resp resp{};
-  resp.node_guid = x->device.node_guid_be;
-  resp.port_num = x->device.node_guid_be ? x->device.port : 0;
-  resp.pkey = 0xFFFF;
-  if (x->is_bound) {
-    const auto* b = reinterpret_cast<const sockaddr*>(&x->bound);
-    resp.src_size = static_cast<uint16_t>(len_of(b));
-    std::memcpy(&resp.src_addr, b, len_of(b));
-  }
-  const size_t n = std::min<size_t>(out_len, offsetof(rdma_ucm_query_addr_resp, ibdev_index));
-  std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(cmd.response)), &resp, n);
-  return 0;
-}
-
-ssize_t UcmaFile::listen(const void* in) {
-  rdma_ucm_listen cmd;
-  std::memcpy(&cmd, in, sizeof cmd);
-  Id* x = find(cmd.id);
-  if (!x) return fail(ENOENT, "no such rdma_cm ID");
-  if (!x->is_bound) return fail(EINVAL, "listen on an unbound rdma_cm ID (bind it first)");
-  x->listening = true;
-  x->backlog = static_cast<int>(cmd.backlog);
+  std::memcpy(response_of(in, 0), &resp, sizeof resp);
   return 0;
 }
 
 // One event record from the channel socket: blocks, or EAGAIN when the
 // application made the descriptor non-blocking, exactly like the kernel.
-ssize_t UcmaFile::get_event(const void* in, uint16_t out_len) {
+// Records of destroyed IDs are dropped here (a CONNECT_REQUEST's new ID is
+// destroyed in the daemon too).
+ssize_t UcmaFile::get_event(const uint8_t* in, uint16_t out_len) {
   rdma_ucm_get_event cmd;
   std::memcpy(&cmd, in, sizeof cmd);
   if (out_len < sizeof(rdma_ucm_event_resp)) return fail(ENOSPC, "GET_EVENT response too small");
-  rdma_ucm_event_resp resp;
-  const ssize_t n = recv(event_fd_, &resp, sizeof resp, 0);
-  if (n < 0) return fail(errno, errno == EAGAIN ? "no event (non-blocking channel)" : "event socket");
-  if (n != static_cast<ssize_t>(sizeof resp)) return fail(EIO, "malformed event record");
-  std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(cmd.response)), &resp, sizeof resp);
-  return 0;
+  for (;;) {
+    struct {
+      mroce_ucma_event_hdr hdr;
+      rdma_ucm_event_resp resp;
+    } rec;
+    const ssize_t n = recv(event_fd_, &rec, sizeof rec, 0);
+    if (n < 0) return fail(errno, errno == EAGAIN ? "no event (non-blocking channel)" : "event socket");
+    if (n == 0 && closed_.load(std::memory_order_acquire)) {
+      for (;;) pause();  // the kernel's read of a closed file: until the process exits
+    }
+    if (n == 0) return fail(ENODEV, "metaroced closed the channel (daemon gone)");
+    if (n != static_cast<ssize_t>(sizeof rec)) return fail(EIO, "malformed event record");
+    bool stale;
+    {
+      std::lock_guard<std::mutex> hold(mu_);
+      stale = destroyed_.count(rec.hdr.counted_id) != 0;
+      if (!stale) reported_[rec.hdr.counted_id]++;
+    }
+    if (stale) {
+      if (rec.resp.event == 4 /* RDMA_CM_EVENT_CONNECT_REQUEST */ && rec.resp.id != rec.hdr.counted_id) {
+        rdma_ucm_destroy_id d{};
+        d.id = rec.resp.id;
+        rdma_ucm_cmd_hdr_view h{RDMA_USER_CM_CMD_DESTROY_ID, sizeof d, sizeof(rdma_ucm_destroy_id_resp)};
+        std::vector<uint8_t> reply;
+        forward(h, reinterpret_cast<const uint8_t*>(&d), {}, &reply);
+      }
+      continue;
+    }
+    std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(cmd.response)), &rec.resp, sizeof rec.resp);
+    return 0;
+  }
 }
 
 }  // namespace metaroce::launcher

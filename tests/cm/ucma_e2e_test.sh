@@ -2,8 +2,8 @@
 # End-to-end: Debian's librdmacm on the emulated /dev/infiniband/rdma_cm
 # (kmod-shim/launcher, docs/connection-manager.md) in a namespace with a real
 # metaroced (tests/lib/netns.sh; honours MROCE_PREFIX and E2E_RUN_DIR).
-# The daemon only publishes the device here; the CM commands are served by
-# the interposer. Needs root; skips with a reason otherwise.
+# The interposer forwards the commands to the daemon's connection manager
+# (firmware-model/daemon/cm_role.*). Needs root; skips with a reason otherwise.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}

@@ -119,12 +119,28 @@ int main(int argc, char** argv) {
   pollfd p{ch->fd, POLLIN, 0};
   check(poll(&p, 1, 0) == 0, "poll: no event pending");
 
+  // Address resolution by the daemon (its own address: no neighbour
+  // needed); the event makes the non-blocking channel readable.
   sockaddr_in dst = addr(argv[1], 1);
-  check(rdma_resolve_addr(bad, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000) == -1 &&
-            errno == ENOSYS,
-        "not served yet (needs the daemon's CM): ENOSYS, not a fake success");
+  check(rdma_resolve_addr(bad, nullptr, reinterpret_cast<sockaddr*>(&dst), 1000) == 0,
+        "rdma_resolve_addr to the device's own address");
+  check(poll(&p, 1, 30000) == 1 && (p.revents & POLLIN), "poll: the channel becomes readable");
+  check(rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED && ev->id == bad,
+        "non-blocking get_cm_event: ADDR_RESOLVED for that ID");
+  if (ev) rdma_ack_cm_event(ev);
+  check(bad->verbs != nullptr, "the resolved ID has opened the device (QUERY_ROUTE's node_guid)");
 
   for (rdma_cm_id* id : {any, dup, dev, bad}) check(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+  // A dup of the channel descriptor names the same device file; closing the
+  // original leaves the file open through the dup.
+  const int copy = ::dup(ch->fd);
+  check(copy >= 0 && fstat(copy, &st) == 0 && S_ISCHR(st.st_mode), "a dup of the channel is the device too");
+  const int orig = ch->fd;
+  ch->fd = copy;
+  close(orig);
+  rdma_cm_id* later = nullptr;
+  check(rdma_create_id(ch, &later, nullptr, RDMA_PS_TCP) == 0 && rdma_destroy_id(later) == 0,
+        "commands through the dup once the original is closed");
   rdma_destroy_event_channel(ch);
   concurrent_get_event();
   printf("ucma_probe: %s\n", failures ? "FAILED" : "all checks passed");

@@ -290,11 +290,20 @@ case_ctrl_malformed() {
 
 # ---- 4. malformed packets ----
 
+# Unparsable frames are counted by whoever parses them: the engine
+# (rx_drop_parse) or, for frames with a CM opcode, the CM role
+# (cm_rx_drop_parse).
+parse_drops() {
+  local e c; e=$(counter "$1" rx_drop_parse); c=$(counter "$1" cm_rx_drop_parse)
+  echo $(( ${e:-0} + ${c:-0} ))
+}
+parse_drops_above() { [ "$(parse_drops "$1")" -gt "$2" ] 2>/dev/null; }
+
 case_packets_malformed() {  # xdp|packet
   need_net "$1"
   local mac_b sent p0 i0 u0 p1 i1 u1 n_u n_i n_p n_r
   mac_b=$(ip -n "$MROCE_NS_B" -br link show "$MROCE_IF_B" | awk '{print $3}')
-  p0=$(counter b rx_drop_parse); i0=$(counter b rx_drop_bad_icrc); u0=$(counter b rx_drop_unknown_qp)
+  p0=$(parse_drops b); i0=$(counter b rx_drop_bad_icrc); u0=$(counter b rx_drop_unknown_qp)
   sent=$(ip netns exec "$MROCE_NS_A" "$INJECT" "$MROCE_IF_A" "$MROCE_IP_A" "$MROCE_IP_B" "$mac_b" \
     --seed 21 --random 3000) || e2e_fail "injector failed: $sent"
   echo "$sent"
@@ -304,10 +313,10 @@ case_packets_malformed() {  # xdp|packet
   n_r=$(sed -n 's/.*random=\([0-9]*\).*/\1/p' <<<"$sent")
   # Until the daemon has received every injected frame (or the deadline).
   wait_for 60 counter_above b rx_drop_unknown_qp $((u0 + n_u - 1)) || true
-  wait_for 60 counter_above b rx_drop_parse $((p0 + n_i + n_p + n_r - 1)) || true
+  wait_for 60 parse_drops_above b $((p0 + n_i + n_p + n_r - 1)) || true
   daemon_alive b
-  p1=$(counter b rx_drop_parse); i1=$(counter b rx_drop_bad_icrc); u1=$(counter b rx_drop_unknown_qp)
-  echo "daemon b: rx_drop_parse +$((p1 - p0)) (sent $((n_i + n_p + n_r)) unparsable)," \
+  p1=$(parse_drops b); i1=$(counter b rx_drop_bad_icrc); u1=$(counter b rx_drop_unknown_qp)
+  echo "daemon b: rx_drop_parse + cm_rx_drop_parse +$((p1 - p0)) (sent $((n_i + n_p + n_r)) unparsable)," \
        "rx_drop_bad_icrc +$((i1 - i0)) (sent $n_i with a bad ICRC, more among the random)," \
        "rx_drop_unknown_qp +$((u1 - u0)) (sent $n_u)"
   ctl_b stat -a "$MROCE_DEV_B" | grep -E "io_rx|rx_drop"

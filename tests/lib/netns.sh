@@ -12,6 +12,7 @@
 #   mroce_net_down
 #   mroce_in_a CMD... / mroce_in_b CMD...   run in a namespace with SYSFS_PATH set
 #   mroce_daemon_restart a|b                 kill -9 and restart one daemon
+#   MROCE_DAEMONS=a mroce_net_up ...         a daemon in A only (B: a bare host)
 #
 # Fault-injection hop (docs/impair.md): `mroce_net_up --hop` (or MROCE_HOP=1)
 # joins the hosts through a third namespace $MROCE_PREFIX-m instead of one
@@ -127,7 +128,10 @@ mroce_net_up() {
     export MROCE_PID_M
   fi
   MROCE_PID_A=$(_mroce_start_daemon "$MROCE_NS_A" "$MROCE_IF_A" "$MROCE_DEV_A" "$MROCE_RUN_A") || return 1
-  MROCE_PID_B=$(_mroce_start_daemon "$MROCE_NS_B" "$MROCE_IF_B" "$MROCE_DEV_B" "$MROCE_RUN_B") || return 1
+  # MROCE_DAEMONS=a: B is a bare host (the conformance suite plays it).
+  if [ "${MROCE_DAEMONS:-ab}" != a ]; then
+    MROCE_PID_B=$(_mroce_start_daemon "$MROCE_NS_B" "$MROCE_IF_B" "$MROCE_DEV_B" "$MROCE_RUN_B") || return 1
+  fi
   export MROCE_PID_A MROCE_PID_B
 }
 

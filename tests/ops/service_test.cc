@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "firmware-model/daemon/options.h"
+#include "firmware-model/engine/engine.h"
 
 namespace metaroce::daemon {
 namespace {
@@ -54,6 +55,7 @@ TEST_CASE("a bad config line names the file, the line and what is wrong") {
       {"netdev eth0\n", ":1: 'netdev' cannot be set in a config file"},
       {"paths 4 5\n", ":1: 'paths' takes one value, got more"},
       {"metrics 10.0.0.300:80\n", ":1: --metrics expects [ADDR:]PORT"},
+      {"violate ack-without-sack\n", ":1: 'violate' cannot be set in a config file"},
   };
   for (const Case& c : cases) {
     std::string text = c.text;
@@ -71,6 +73,20 @@ TEST_CASE("a bad config line names the file, the line and what is wrong") {
   std::string err;
   CHECK_FALSE(expand_config_option({"--config", "/nonexistent/eth9.conf"}, &args, &err));
   CHECK(err == "cannot read config file /nonexistent/eth9.conf: No such file or directory");
+}
+
+TEST_CASE("--violate takes known rules on the command line only") {
+  Options o;
+  std::string err;
+  bool help = false;
+  REQUIRE(parse_options({"--netdev", "eth0", "--violate", "wrong-nack-code,no-probe-reply"}, &o,
+                        &err, &help));
+  CHECK(o.violate == (fw::kViolateWrongNackCode | fw::kViolateNoProbeReply));
+  Options plain;
+  REQUIRE(parse_options({"--netdev", "eth0"}, &plain, &err, &help));
+  CHECK(plain.violate == 0);
+  CHECK_FALSE(parse_options({"--netdev", "eth0", "--violate", "ack-wihtout-sack"}, &o, &err, &help));
+  CHECK(err.rfind("--violate: unknown rule 'ack-wihtout-sack' (known: ack-without-sack,", 0) == 0);
 }
 
 TEST_CASE("--metrics takes a port, an IPv4 or a bracketed IPv6 address") {

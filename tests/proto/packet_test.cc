@@ -573,3 +573,39 @@ TEST_CASE("seq_arithmetic__wraps") {
   CHECK(seq_le(6, 6));
   CHECK(seq_lt(0x7FFFFFFF, 0xFFFFFFFE));
 }
+
+TEST_CASE("checksum_helpers__match_what_build_frame_writes") {
+  Packet p;
+  p.mbth.opcode = Opcode::kAck;
+  for (bool v4 : {true, false}) {
+    FrameHeaders h;
+    if (v4) {
+      h.src_ip = IpAddr::v4(0x0a000001);
+      h.dst_ip = IpAddr::v4(0x0a000002);
+    } else {
+      h.src_ip.bytes = {0xfd, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+      h.dst_ip.bytes = {0xfd, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+    }
+    Bytes f(256);
+    f.resize(build_frame(h, p, f));
+    const size_t udp = kEthLen + (v4 ? kIpv4Len : kIpv6Len);
+    if (v4) {
+      CHECK(ipv4_header_checksum(std::span(f).subspan(kEthLen, kIpv4Len)) ==
+            (f[kEthLen + 10] << 8 | f[kEthLen + 11]));
+    } else {
+      CHECK(udp_checksum(h.src_ip, h.dst_ip, std::span(f).subspan(udp)) ==
+            (f[udp + 6] << 8 | f[udp + 7]));
+    }
+    // A nonzero IPv4 UDP checksum computed here is one the parser accepts.
+    if (v4) {
+      uint16_t c = udp_checksum(h.src_ip, h.dst_ip, std::span(f).subspan(udp));
+      f[udp + 6] = static_cast<uint8_t>(c >> 8);
+      f[udp + 7] = static_cast<uint8_t>(c);
+      CHECK(parse_frame(f).ok());
+      f[udp + 7] ^= 1;
+      CHECK(parse_frame(f).error().code == ParseErrorCode::kBadUdpChecksum);
+    }
+  }
+  CHECK(ipv4_header_checksum(Bytes(10)) == 0);
+  CHECK(udp_checksum(IpAddr::v4(1), IpAddr::v4(2), Bytes(4)) == 0);
+}

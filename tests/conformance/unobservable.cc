@@ -1,0 +1,13 @@
+// MUSTs of docs/protocol.md that neither a frame nor a verb can show. Each
+// is listed in docs/conformance-coverage.md with its reason instead of a
+// case; the coverage test fails for any other MUST without a case.
+#include "tools/conformance/suite.h"
+
+namespace metaroce::conform {
+namespace {
+
+RegisterUnobservable r7_3_1{
+    "R7.3-1", "a grant of 0 means \"no limit\" on the wire (ACKH.credit), so no ACK can carry a grant below 1"};
+
+}  // namespace
+}  // namespace metaroce::conform
