@@ -87,7 +87,7 @@ struct OpcodeInfo {
 };
 
 namespace detail {
-constexpr std::array<OpcodeInfo, 22> make_table(std::array<OpcodeInfo, 22> t) {
+constexpr std::array<OpcodeInfo, 26> make_table(std::array<OpcodeInfo, 26> t) {
   for (auto& row : t) {
     row.header_len = kMbthLen;
     for (Ext e : row.exts) row.header_len += ext_info(e).length;
@@ -97,7 +97,7 @@ constexpr std::array<OpcodeInfo, 22> make_table(std::array<OpcodeInfo, 22> t) {
 }  // namespace detail
 
 // THE opcode table. One row per opcode; see the checklist at the top.
-inline constexpr std::array<OpcodeInfo, 22> kOpcodeTable = detail::make_table({{
+inline constexpr std::array<OpcodeInfo, 26> kOpcodeTable = detail::make_table({{
     // opcode                  name                kind               payload exts
     {Opcode::kSend,           "SEND",             OpKind::kRequest,  true,  {Ext::kSeth, Ext::kNone}},
     {Opcode::kSendImm,        "SEND_IMM",         OpKind::kRequest,  true,  {Ext::kSeth, Ext::kImm}},
@@ -123,6 +123,11 @@ inline constexpr std::array<OpcodeInfo, 22> kOpcodeTable = detail::make_table({{
     // Datagram service (§13): one packet per message.
     {Opcode::kUdSend,         "UD_SEND",          OpKind::kDatagram, true,  {Ext::kDeth, Ext::kNone}},
     {Opcode::kUdSendImm,      "UD_SEND_IMM",      OpKind::kDatagram, true,  {Ext::kDeth, Ext::kImm}},
+    // Unreliable connected service (§14): RC's request layouts, no responses.
+    {Opcode::kUcSend,         "UC_SEND",          OpKind::kRequest,  true,  {Ext::kSeth, Ext::kNone}},
+    {Opcode::kUcSendImm,      "UC_SEND_IMM",      OpKind::kRequest,  true,  {Ext::kSeth, Ext::kImm}},
+    {Opcode::kUcWrite,        "UC_RDMA_WRITE",    OpKind::kRequest,  true,  {Ext::kReth, Ext::kNone}},
+    {Opcode::kUcWriteImm,     "UC_RDMA_WRITE_IMM", OpKind::kRequest, true,  {Ext::kReth, Ext::kImm}},
 }});
 
 // The table row for a raw opcode byte, or nullptr if it is not in the table.

@@ -55,6 +55,12 @@ enum class Opcode : uint8_t {
   // message, never acknowledged.
   kUdSend = 0x20,
   kUdSendImm = 0x21,
+  // Unreliable connected service (docs/protocol.md §14): the RC request
+  // layouts, never acknowledged, a PSN gap drops the message.
+  kUcSend = 0x24,
+  kUcSendImm = 0x25,
+  kUcWrite = 0x26,
+  kUcWriteImm = 0x27,
 };
 
 // MBTH flags (docs/protocol.md §3.1).

@@ -85,6 +85,9 @@ int open_request(struct mroce_context *ctx) {
   ctx->ctx_id = resp.ctx_id;
   ctx->dev_attr = resp.device;
   ctx->port_attr = resp.port;
+  struct mroce_call ex = {MROCE_OP_QUERY_DEVICE_EX, nullptr, 0, -1, &ctx->dev_attr_ex,
+                          sizeof(ctx->dev_attr_ex), nullptr, 0};
+  if (mroce_ctrl_call(ctx, &ex)) memset(&ctx->dev_attr_ex, 0, sizeof(ctx->dev_attr_ex));
   return 0;
 }
 
@@ -162,7 +165,8 @@ void mroce_free_context(struct ibv_context *ibctx) {
   free(ctx);
 }
 
-void fill_device_attr(const struct mroce_device_attr *d, struct ibv_device_attr *a) {
+void fill_device_attr(const struct mroce_device_attr *d, const struct mroce_device_attr_ex *x,
+                      struct ibv_device_attr *a) {
   memset(a, 0, sizeof(*a));
   snprintf(a->fw_ver, sizeof(a->fw_ver), "%.*s", static_cast<int>(sizeof(d->fw_ver)), d->fw_ver);
   a->node_guid = htobe64(d->node_guid);
@@ -180,6 +184,9 @@ void fill_device_attr(const struct mroce_device_attr *d, struct ibv_device_attr 
   a->max_cqe = d->max_cqe;
   a->max_mr = d->max_mr;
   a->max_pd = d->max_pd;
+  a->max_srq = static_cast<int>(x->max_srq);  // 0 from a daemon without SRQs
+  a->max_srq_wr = static_cast<int>(x->max_srq_wr);
+  a->max_srq_sge = static_cast<int>(x->max_srq_sge);
   a->max_qp_rd_atom = d->max_qp_rd_atom;
   a->max_qp_init_rd_atom = d->max_qp_rd_atom;
   a->max_res_rd_atom = d->max_qp_rd_atom * d->max_qp;
@@ -248,7 +255,7 @@ int mroce_query_device_ex(struct ibv_context *context,
   if (attr_size < sizeof(struct ibv_device_attr)) return EINVAL;
   if (mroce_dead(ctx)) return EIO;
   struct ibv_device_attr_ex ex = {};
-  fill_device_attr(&ctx->dev_attr, &ex.orig_attr);
+  fill_device_attr(&ctx->dev_attr, &ctx->dev_attr_ex, &ex.orig_attr);
   memcpy(attr, &ex, attr_size < sizeof(ex) ? attr_size : sizeof(ex));
   return 0;
 }
@@ -311,20 +318,25 @@ static const struct verbs_context_ops mroce_ctx_ops = {
     .create_ah = mroce_create_ah,
     .create_cq = mroce_create_cq,
     .create_qp = mroce_create_qp,
+    .create_srq = mroce_create_srq,
     .dealloc_pd = mroce_dealloc_pd,
     .dereg_mr = mroce_dereg_mr,
     .destroy_ah = mroce_destroy_ah,
     .destroy_cq = mroce_destroy_cq,
     .destroy_qp = mroce_destroy_qp,
     .detach_mcast = mroce_detach_mcast,
+    .destroy_srq = mroce_destroy_srq,
     .free_context = mroce_free_context,
     .modify_qp = mroce_modify_qp,
+    .modify_srq = mroce_modify_srq,
     .poll_cq = mroce_poll_cq,
     .post_recv = mroce_post_recv,
     .post_send = mroce_post_send,
+    .post_srq_recv = mroce_post_srq_recv,
     .query_device_ex = mroce_query_device_ex,
     .query_port = mroce_query_port,
     .query_qp = mroce_query_qp,
+    .query_srq = mroce_query_srq,
     .reg_mr = mroce_reg_mr,
     .req_notify_cq = mroce_req_notify_cq,
 };

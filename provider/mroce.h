@@ -41,6 +41,7 @@ struct mroce_context {
   int dead;               // atomic: the daemon went away (DEVICE_FATAL sent)
   uint32_t ctx_id;
   struct mroce_device_attr dev_attr;
+  struct mroce_device_attr_ex dev_attr_ex;  // zeros from a daemon without QUERY_DEVICE_EX
   struct mroce_port_attr port_attr;
   pthread_mutex_t qp_lock;  // guards qp_list and cq_list
   struct mroce_qp *qp_list;
@@ -96,6 +97,15 @@ struct mroce_qp {
   struct mroce_qp *next;  // in the context's qp_list
 };
 
+struct mroce_srq {
+  struct verbs_srq vsrq;
+  uint32_t srqn;
+  void *map;
+  size_t map_len;
+  struct mroce_wq wq;  // the receive ring; the NIC consumes what messages take
+  uint32_t max_wr;
+};
+
 static inline struct mroce_device *to_mroce_dev(struct ibv_device *d) {
   return reinterpret_cast<struct mroce_device *>(d);
 }
@@ -117,6 +127,9 @@ static inline struct mroce_cq *to_mroce_cq(struct ibv_cq *c) {
 }
 static inline struct mroce_qp *to_mroce_qp(struct ibv_qp *q) {
   return reinterpret_cast<struct mroce_qp *>(q);
+}
+static inline struct mroce_srq *to_mroce_srq(struct ibv_srq *s) {
+  return reinterpret_cast<struct mroce_srq *>(s);
 }
 
 static inline bool mroce_dead(const struct mroce_context *ctx) {
@@ -189,6 +202,16 @@ int mroce_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 int mroce_destroy_qp(struct ibv_qp *qp);
 int mroce_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int mroce_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+// After publishing a SQ/RQ/SRQ producer: the doorbell, if the NIC sleeps.
+void mroce_ring_doorbell(struct mroce_context *ctx, struct mroce_ring *ring);
+
+// ---- SRQ (srq.cc) ----
+struct ibv_srq *mroce_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
+int mroce_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
+int mroce_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
+int mroce_destroy_srq(struct ibv_srq *srq);
+int mroce_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+
 // After the device died: up to `max` flush completions for WQEs of QPs on
 // `cq` that the NIC never took. Called with the CQ lock held.
 int mroce_flush_cq(struct mroce_context *ctx, struct mroce_cq *cq, int max, struct ibv_wc *wc);

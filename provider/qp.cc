@@ -1,5 +1,5 @@
-// Queue pairs (RC and UD): control verbs over the socket, post_send and
-// post_recv into the shared SQ/RQ rings.
+// Queue pairs (RC, UC and UD; RC and UC may take receives from an SRQ): control
+// verbs over the socket, post_send and post_recv into the shared SQ/RQ rings.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -37,7 +37,9 @@ int map_qp(struct mroce_qp *qp, int memfd, const struct mroce_create_qp_resp *r)
 }
 
 int check_init_attr(struct mroce_context *ctx, const struct ibv_qp_init_attr *a) {
-  if ((a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD) || a->srq) return EOPNOTSUPP;
+  if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD)
+    return EOPNOTSUPP;
+  if (a->srq && a->qp_type == IBV_QPT_UD) return EOPNOTSUPP;  // not built yet
   if (!a->send_cq || !a->recv_cq) return EINVAL;
   const struct ibv_qp_cap &c = a->cap;
   if (c.max_send_sge > ctx->dev_attr.max_sge || c.max_recv_sge > ctx->dev_attr.max_sge ||
@@ -78,6 +80,7 @@ void fill_qp(struct mroce_qp *qp, struct ibv_pd *pd, const struct ibv_qp_init_at
   q->qp_num = r->qpn;
   q->state = IBV_QPS_RESET;
   q->qp_type = a->qp_type;
+  q->srq = a->srq;
   qp->qpn = r->qpn;
   qp->cap = r->cap;
   qp->max_inline = r->cap.max_inline_data;
@@ -156,10 +159,7 @@ void from_mroce_attr(const struct mroce_qp_attr *m, struct ibv_qp_attr *a) {
 }
 
 void ring_doorbell(struct mroce_qp *qp, struct mroce_ring *ring) {
-  if (!mroce_ring_nic_sleeping(ring)) return;
-  uint64_t one = 1;
-  ssize_t n = write(to_mroce_ctx(qp->vqp.qp.context)->doorbell_fd, &one, sizeof(one));
-  (void)n;  // an eventfd write only fails on counter overflow: the NIC is awake then
+  mroce_ring_doorbell(to_mroce_ctx(qp->vqp.qp.context), ring);
 }
 
 bool opcode_supported(enum ibv_wr_opcode op) {
@@ -207,6 +207,9 @@ int build_ud(const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
 }
 
 int build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
+  // UC carries SEND and WRITE (with or without immediate) only.
+  bool uc = qp->vqp.qp.qp_type == IBV_QPT_UC;
+  if (uc && (wr->opcode == IBV_WR_RDMA_READ || is_atomic(wr->opcode))) return EINVAL;
   if (!opcode_supported(wr->opcode) || wr->num_sge < 0 ||
       static_cast<uint32_t>(wr->num_sge) > qp->sq.max_sge)
     return EINVAL;
@@ -283,6 +286,13 @@ int flush_wq(struct mroce_qp *qp, struct mroce_wq *wq, bool send, int max, struc
 
 }  // namespace
 
+void mroce_ring_doorbell(struct mroce_context *ctx, struct mroce_ring *ring) {
+  if (!mroce_ring_nic_sleeping(ring)) return;
+  uint64_t one = 1;
+  ssize_t n = write(ctx->doorbell_fd, &one, sizeof(one));
+  (void)n;  // an eventfd write only fails on counter overflow: the NIC is awake then
+}
+
 struct ibv_qp *mroce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) {
   struct mroce_context *ctx = to_mroce_ctx(pd->context);
   int err = check_init_attr(ctx, attr);
@@ -301,6 +311,7 @@ struct ibv_qp *mroce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
   req.cap = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
              attr->cap.max_recv_sge, attr->cap.max_inline_data};
   req.qp_type = attr->qp_type;
+  req.srqn = attr->srq ? to_mroce_srq(attr->srq)->srqn : 0;
   struct mroce_create_qp_resp resp;
   int memfd = -1;
   struct mroce_call call = {MROCE_OP_CREATE_QP, &req, sizeof(req), -1, &resp, sizeof(resp),
@@ -372,6 +383,7 @@ int mroce_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
   init_attr->qp_context = ibqp->qp_context;
   init_attr->send_cq = ibqp->send_cq;
   init_attr->recv_cq = ibqp->recv_cq;
+  init_attr->srq = ibqp->srq;
   init_attr->cap = attr->cap;
   init_attr->qp_type = ibqp->qp_type;
   init_attr->sq_sig_all = static_cast<int>(qp->sq_sig_all);
@@ -426,8 +438,9 @@ int mroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
   struct mroce_wq *rq = &qp->rq;
   int err = mroce_dead(to_mroce_ctx(ibqp->context)) ? EIO : 0;
   pthread_spin_lock(&rq->lock);
-  // A receive in RESET would never complete: the NIC refuses it.
-  if (!err && ibqp->state == IBV_QPS_RESET) err = EINVAL;
+  // A receive in RESET would never complete: the NIC refuses it. A QP on
+  // an SRQ has no receive queue of its own (ibv_post_srq_recv).
+  if (!err && (ibqp->state == IBV_QPS_RESET || ibqp->srq)) err = EINVAL;
   uint32_t start = rq->prod;
   for (; wr && !err; wr = wr->next) {
     if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > rq->max_sge) {

@@ -1,5 +1,6 @@
 #include "firmware-model/daemon/control_plane.h"
 
+#include "firmware-model/daemon/control_codec.h"
 #include "firmware-model/uapi/convert.h"
 
 #include <fcntl.h>
@@ -14,18 +15,7 @@
 namespace metaroce::daemon {
 namespace {
 
-template <class T>
-bool decode(std::span<const uint8_t> body, T* out) {
-  if (body.size() != sizeof(T)) return false;
-  std::memcpy(out, body.data(), sizeof(T));
-  return true;
-}
-
-template <class T>
-void encode(const T& v, std::vector<uint8_t>* body) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  body->insert(body->end(), p, p + sizeof(T));
-}
+using control::encode;
 
 using uapi::ibv_mtu_for;
 using uapi::mtu_bytes;
@@ -123,10 +113,12 @@ void ControlPlane::close_client(fw::OwnerId id) {
   backend_.destroy_owner(id);  // its QPs vanish; their peers see retry exhaustion
   for (uint32_t qpn : c.qps) pump_.remove_qp(qpn);
   for (uint32_t cqn : c.cqs) pump_.remove_cq(cqn);
+  for (uint32_t srqn : c.srqs) pump_.remove_srq(srqn);
   if (c.async_fd >= 0) close(c.async_fd);
   UserUsage& u = usage(c);
   u.qps -= static_cast<uint32_t>(c.qps.size());
   u.cqs -= static_cast<uint32_t>(c.cqs.size());
+  u.srqs -= static_cast<uint32_t>(c.srqs.size());
   u.mrs -= static_cast<uint32_t>(c.mrs.size());
   u.pds -= static_cast<uint32_t>(c.pds.size());
   u.ring_bytes -= c.ring_bytes;
@@ -184,6 +176,11 @@ void ControlPlane::handle(Client& c, const Request& req, Reply* out) {
     case MROCE_OP_DESTROY_AH: err = op_destroy_ah(c, req, out); break;
     case MROCE_OP_ATTACH_MCAST: err = op_mcast(c, req, out, true); break;
     case MROCE_OP_DETACH_MCAST: err = op_mcast(c, req, out, false); break;
+    case MROCE_OP_CREATE_SRQ: err = op_create_srq(c, req, out); break;
+    case MROCE_OP_MODIFY_SRQ: err = op_modify_srq(c, req, out); break;
+    case MROCE_OP_QUERY_SRQ: err = op_query_srq(c, req, out); break;
+    case MROCE_OP_DESTROY_SRQ: err = op_destroy_srq(c, req, out); break;
+    case MROCE_OP_QUERY_DEVICE_EX: err = op_query_device_ex(c, req, out); break;
     default:
       out->reason = "unknown control operation " + std::to_string(req.op);
       counters_.ctrl_malformed++;
@@ -201,15 +198,6 @@ void ControlPlane::handle(Client& c, const Request& req, Reply* out) {
   }
   out->err = err;
 }
-
-#define MROCE_DECODE(T, var)                                                  \
-  T var{};                                                                    \
-  if (!decode(r.body, &var)) {                                                \
-    counters_.ctrl_malformed++;                                               \
-    out->reason = "malformed " #T ": body of " + std::to_string(r.body.size()) + \
-                  " bytes, expected " + std::to_string(sizeof(T));            \
-    return EINVAL;                                                            \
-  }
 
 mroce_device_attr ControlPlane::device_attr() const {
   const fw::DeviceCaps& caps = backend_.caps();
@@ -466,14 +454,16 @@ int ControlPlane::op_create_qp(Client& c, const Request& r, Reply* out) {
   int err = check_limits(c, "QP", c.qps.size(), config_.limits.max_qp, &UserUsage::qps,
                          &UserLimits::max_qp, out);
   if (err) return err;
-  if (req.qp_type != 2 /* IBV_QPT_RC */ && req.qp_type != 4 /* IBV_QPT_UD */) {
-    out->reason = "only RC and UD QPs are supported";
+  if (req.qp_type != 2 /* IBV_QPT_RC */ && req.qp_type != 3 /* IBV_QPT_UC */ &&
+      req.qp_type != 4 /* IBV_QPT_UD */) {
+    out->reason = "only RC, UC and UD QPs are supported";
     return EOPNOTSUPP;
   }
   if (!c.cqs.count(req.send_cqn) || !c.cqs.count(req.recv_cqn)) {
     out->reason = "send or receive CQ does not belong to this context";
     return EINVAL;
   }
+  if ((err = check_qp_srq(c, req.srqn, out))) return err;
   fw::QpInitAttr init;
   init.type = static_cast<fw::QpType>(req.qp_type);
   init.pdn = req.pdn;
@@ -481,6 +471,8 @@ int ControlPlane::op_create_qp(Client& c, const Request& r, Reply* out) {
   init.recv_cqn = req.recv_cqn;
   init.cap = to_fw(req.cap);
   init.sq_sig_all = req.sq_sig_all != 0;
+  init.srqn = req.srqn;
+  init.type = static_cast<fw::QpType>(req.qp_type);
   uint32_t qpn = 0;
   fw::QpCap cap;
   err = backend_.create_qp(c.id, init, &qpn, &cap);

@@ -30,6 +30,7 @@ namespace metaroce::daemon {
 struct ClientLimits {
   uint32_t max_pd = 1024, max_mr = 16384, max_cq = 1024, max_qp = 1024;
   uint32_t max_ah = 16384;  // UD address handles (the device has fw::DeviceCaps::max_ah)
+  uint32_t max_srq = 1024;
 };
 
 // Limits per user (uid), summed over all of that user's connections: the
@@ -37,6 +38,7 @@ struct ClientLimits {
 // user with a few connections take every QP (docs/daemon.md §Limits).
 struct UserLimits {
   uint32_t max_pd = 2048, max_mr = 32768, max_cq = 2048, max_qp = 2048;
+  uint32_t max_srq = 2048;
   uint32_t max_connections = 256;
   uint64_t max_ring_bytes = uint64_t{1} << 30;  // CQ and QP ring memory
 };
@@ -66,7 +68,7 @@ class ControlPlane {
     std::unique_ptr<ClientMemory> memory;  // its address space, bound at connect
     uid_t uid = 0;
     int async_fd = -1;  // our end of the async event socketpair
-    std::set<uint32_t> pds, mrs, cqs, qps, ahs;
+    std::set<uint32_t> pds, mrs, cqs, qps, ahs, srqs;
     uint64_t ring_bytes = 0;  // memory of its CQ and QP rings
   };
   // memory: bound to the connecting process (ClientMemory::bind_peer).
@@ -111,7 +113,7 @@ class ControlPlane {
  private:
   // What one uid holds over all its connections (checked against UserLimits).
   struct UserUsage {
-    uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, connections = 0;
+    uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, srqs = 0, connections = 0;
     uint64_t ring_bytes = 0;
   };
 
@@ -147,6 +149,13 @@ class ControlPlane {
   // A controlled Q_Key (high bit set) only for root, as the kernel's
   // CAP_NET_RAW rule; EPERM with the reason otherwise.
   int check_qkey(const Client& c, const mroce_qp_attr& a, Reply* out);
+  // Shared receive queues (control_plane_srq.cc)
+  int op_create_srq(Client& c, const Request& r, Reply* out);
+  int op_modify_srq(Client& c, const Request& r, Reply* out);
+  int op_query_srq(Client& c, const Request& r, Reply* out);
+  int op_destroy_srq(Client& c, const Request& r, Reply* out);
+  int check_qp_srq(const Client& c, uint32_t srqn, Reply* out);
+  int op_query_device_ex(Client& c, const Request& r, Reply* out);
   mroce_device_attr device_attr() const;
   mroce_port_attr port_attr() const;
 

@@ -28,6 +28,7 @@ namespace metaroce::daemon {
   X(wqe_rejected)                /* ring entries refused (SQ: error CQE; RQ: none) */ \
   X(wqe_recv_in_reset)           /* receive ring entries of a QP in RESET */          \
   X(wqe_recv_refused_other)      /* receive entries refused for any other reason */   \
+  X(wqe_srq_refused)             /* SRQ ring entries refused (too many SGEs): no CQE */ \
   X(cq_events)                                                                        \
   X(cq_event_write_failed)       /* channel full or closed: never waited for */       \
   X(async_events)                                                                     \

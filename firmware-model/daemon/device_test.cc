@@ -854,6 +854,159 @@ TEST_CASE("backend__a_device_on_an_absent_hw_backend_answers_its_errno_and_idles
 namespace metaroce::daemon {
 namespace {
 
+// ---- shared receive queues (docs/device-abi.md §2.7) ----
+
+struct Srq {
+  uint32_t srqn = 0;
+  RingView ring;
+};
+
+Srq make_srq(Fixture& f, uint32_t pdn, uint32_t max_wr) {
+  mroce_create_srq_req req{};
+  req.user_handle = 0x5151;
+  req.pdn = pdn;
+  req.attr = {max_wr, 2, 0, 0};
+  Device::Reply r = f.call(MROCE_OP_CREATE_SRQ, bytes_of(req));
+  REQUIRE_MESSAGE(r.err == 0, r.reason);
+  auto resp = reply_as<mroce_create_srq_resp>(r);
+  CHECK(resp.entries == resp.attr.max_wr);
+  return {resp.srqn, RingView::attach(f.map(r, resp.ring_bytes))};
+}
+
+Qp make_srq_qp(Fixture& f, uint32_t pdn, const Cq& cq, uint32_t srqn) {
+  mroce_create_qp_req req{};
+  req.pdn = pdn;
+  req.send_cqn = req.recv_cqn = cq.cqn;
+  req.cap = {64, 0, 4, 0, 64};
+  req.qp_type = 2;
+  req.srqn = srqn;
+  Device::Reply r = f.call(MROCE_OP_CREATE_QP, bytes_of(req));
+  REQUIRE_MESSAGE(r.err == 0, r.reason);
+  auto resp = reply_as<mroce_create_qp_resp>(r);
+  uint8_t* base = f.map(r, resp.ring_bytes);
+  return {resp.qpn, RingView::attach(base), RingView::attach(base + resp.rq_offset)};
+}
+
+void post_srq(Srq& s, uint32_t index, uint64_t wr_id, const std::vector<uint8_t>& buf,
+              uint32_t lkey, uint32_t num_sge = 1) {
+  auto* w = static_cast<mroce_recv_wqe*>(s.ring.slot(index));
+  *w = {};
+  w->wr_id = wr_id;
+  w->num_sge = num_sge;
+  w->sg[0] = {reinterpret_cast<uint64_t>(buf.data()), 1024, lkey};
+  s.ring.store_producer(index + 1);
+}
+
+TEST_CASE("srq__ring_consumer_counts_what_messages_took_so_the_full_check_is_max_wr") {
+  Fixture f;
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  std::vector<uint8_t> buf(4096, 3), rbuf(1024, 0);
+  mroce_reg_mr_req req{reinterpret_cast<uint64_t>(buf.data()), buf.size(), pdn, 1 | 2};
+  auto mr = reply_as<mroce_reg_mr_resp>(f.call(MROCE_OP_REG_MR, bytes_of(req)));
+  mroce_reg_mr_req rreq{reinterpret_cast<uint64_t>(rbuf.data()), rbuf.size(), pdn, 1};
+  auto rmr = reply_as<mroce_reg_mr_resp>(f.call(MROCE_OP_REG_MR, bytes_of(rreq)));
+  Cq cq = make_cq(f);
+  Srq s = make_srq(f, pdn, 4);
+  Qp a = make_qp(f, pdn, cq), b = make_srq_qp(f, pdn, cq, s.srqn);
+  connect(f, a, b.qpn);
+  connect(f, b, a.qpn);
+  for (uint32_t i = 0; i < 4; i++) post_srq(s, i, 50 + i, rbuf, rmr.lkey);
+  for (int i = 0; i < 50; i++) f.device.poll_once();
+  CHECK(s.ring.load_consumer() == 0);  // read, but not taken: the ring stays full
+  auto* w = static_cast<mroce_send_wqe*>(a.sq.slot(0));
+  *w = {};
+  w->wr_id = 1;
+  w->opcode = 2;  // SEND
+  w->send_flags = 2;
+  w->num_sge = 1;
+  w->u.sg[0] = {reinterpret_cast<uint64_t>(buf.data()), 100, mr.lkey};
+  a.sq.store_producer(1);
+  REQUIRE(f.run_until([&] { return s.ring.load_consumer() == 1 && cq.ring.load_producer() >= 2; }));
+  CHECK(rbuf[0] == 3);
+  mroce_handle_req q{s.srqn, 0};
+  auto attr = reply_as<mroce_srq_attr>(f.call(MROCE_OP_QUERY_SRQ, bytes_of(q)));
+  CHECK(attr.max_wr == 4);
+}
+
+TEST_CASE("srq__scribbled_producer_is_an_srq_error_counted_once_and_lets_the_nic_sleep") {
+  Fixture f;
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  Srq s = make_srq(f, pdn, 4);
+  s.ring.store_producer(0x7fffffff);
+  REQUIRE(f.run_until([&] { return f.device.counters().ring_bad_producer >= 1; }));
+  for (int i = 0; i < 100; i++) f.device.poll_once();
+  CHECK(f.device.counters().ring_bad_producer == 1);
+  CHECK(f.device.prepare_sleep());
+  f.device.end_sleep();
+}
+
+TEST_CASE("srq__entries_with_too_many_sges_are_refused_counted_and_free_their_slot") {
+  Fixture f;
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  std::vector<uint8_t> rbuf(1024);
+  Srq s = make_srq(f, pdn, 4);  // max_sge 2
+  post_srq(s, 0, 1, rbuf, 0, 3);
+  post_srq(s, 1, 2, rbuf, 0, 1000);
+  REQUIRE(f.run_until([&] { return f.device.counters().wqe_srq_refused == 2; }));
+  CHECK(s.ring.load_consumer() == 2);
+  CHECK(f.device.counters().ring_bad_producer == 0);
+}
+
+TEST_CASE("srq__control_refusals_say_why") {
+  Fixture f;
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  Cq cq = make_cq(f);
+  Srq s = make_srq(f, pdn, 8);
+  make_srq_qp(f, pdn, cq, s.srqn);
+  mroce_handle_req h{s.srqn, 0};
+  Device::Reply r = f.call(MROCE_OP_DESTROY_SRQ, bytes_of(h));
+  CHECK(r.err == EBUSY);
+  CHECK(r.reason == "SRQ still has QPs attached: destroy them first");
+  mroce_modify_srq_req m{};
+  m.srqn = s.srqn;
+  m.attr_mask = 1;  // IBV_SRQ_MAX_WR
+  r = f.call(MROCE_OP_MODIFY_SRQ, bytes_of(m));
+  CHECK(r.err == EINVAL);
+  CHECK(r.reason == "resizing an SRQ (IBV_SRQ_MAX_WR) is not supported");
+  m.attr_mask = 2;  // IBV_SRQ_LIMIT
+  m.attr.srq_limit = 9;
+  r = f.call(MROCE_OP_MODIFY_SRQ, bytes_of(m));
+  CHECK(r.err == EINVAL);
+  CHECK(r.reason == "srq_limit above the SRQ's max_wr");
+  mroce_create_srq_req bad{};
+  bad.pdn = pdn;
+  bad.attr = {0, 1, 0, 0};
+  r = f.call(MROCE_OP_CREATE_SRQ, bytes_of(bad));
+  CHECK(r.err == EINVAL);
+  CHECK(r.reason == "SRQ max_wr must be 1..max_srq_wr");
+  // Another context sees none of it, and cannot attach a QP to it.
+  Device::Client* other = f.open(getuid());
+  r = f.call_as(*other, MROCE_OP_QUERY_SRQ, bytes_of(h));
+  CHECK(r.err == ENOENT);
+  CHECK(r.reason == "no SRQ " + std::to_string(s.srqn) + " in this context");
+  bad.attr = {4, 1, 0, 0};
+  r = f.call_as(*other, MROCE_OP_CREATE_SRQ, bytes_of(bad));
+  CHECK(r.err == ENOENT);  // the PD is the first context's
+  uint32_t opd = reply_as<mroce_alloc_pd_resp>(f.call_as(*other, MROCE_OP_ALLOC_PD, {})).pdn;
+  mroce_create_cq_req cqr{0, 16, 0};
+  Device::Reply cr = f.call_as(*other, MROCE_OP_CREATE_CQ, bytes_of(cqr));
+  REQUIRE(cr.err == 0);
+  for (int fd : cr.fds) close(fd);
+  mroce_create_qp_req qreq{};
+  qreq.pdn = opd;
+  qreq.send_cqn = qreq.recv_cqn = reply_as<mroce_create_cq_resp>(cr).cqn;
+  qreq.cap = {4, 0, 1, 0, 0};
+  qreq.qp_type = 2;
+  qreq.srqn = s.srqn;
+  r = f.call_as(*other, MROCE_OP_CREATE_QP, bytes_of(qreq));
+  CHECK(r.err == EINVAL);
+  CHECK(r.reason == "SRQ " + std::to_string(s.srqn) + " does not belong to this context");
+}
+
+}  // namespace
+
+namespace {
+
 // ud: a UD QP of client c in RESET (its own PD and CQ); the QPN.
 uint32_t ud_qp_of(Fixture& f, Device::Client& c) {
   uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call_as(c, MROCE_OP_ALLOC_PD, {})).pdn;

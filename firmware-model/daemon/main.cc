@@ -275,6 +275,7 @@ int run(const Options& o) {
                                   "): this device is NOT conformant; for tests only");
   cfg.limits.max_qp = o.max_qp_per_client;
   cfg.user_limits.max_qp = o.uid_max_qp;
+  cfg.user_limits.max_srq = o.uid_max_srq;
   cfg.user_limits.max_cq = o.uid_max_cq;
   cfg.user_limits.max_pd = o.uid_max_pd;
   cfg.user_limits.max_mr = o.uid_max_mr;

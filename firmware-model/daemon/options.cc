@@ -36,6 +36,7 @@ const char* usage() {
          "  --max-qp-per-client N   per-process QP limit (default 1024)\n"
          "  --uid-max-qp N          per-user QP limit over all its connections (default 2048)\n"
          "  --uid-max-cq N          per-user CQ limit (default 2048)\n"
+         "  --uid-max-srq N         per-user SRQ limit (default 2048)\n"
          "  --uid-max-pd N          per-user PD limit (default 2048)\n"
          "  --uid-max-mr N          per-user MR limit (default 32768)\n"
          "  --uid-max-connections N per-user limit of open control connections (default 256)\n"
@@ -177,6 +178,8 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
       if (!number(1, 65536, &o->max_qp_per_client)) return false;
     } else if (a == "--uid-max-qp") {
       if (!number(1, 65536, &o->uid_max_qp)) return false;
+    } else if (a == "--uid-max-srq") {
+      if (!number(1, 65536, &o->uid_max_srq)) return false;
     } else if (a == "--uid-max-cq") {
       if (!number(1, 65536, &o->uid_max_cq)) return false;
     } else if (a == "--uid-max-pd") {

@@ -93,7 +93,7 @@ int QueuePump::poll_rings() {
     work += drain_rq(qpn, qp);
     work += drain_sq(qpn, qp);
   }
-  return work;
+  return work + poll_srqs();
 }
 
 // A producer index more than a ring ahead of our consumer is garbage: the
@@ -213,8 +213,15 @@ bool QueuePump::prepare_sleep() {
     qp.sq.announce_sleep();
     qp.rq.announce_sleep();
   }
+  for (auto& [srqn, s] : srqs_) s.ring.announce_sleep();
   for (auto& [qpn, qp] : qps_) {
     if (qp_has_work(qp)) {
+      end_sleep();
+      return false;
+    }
+  }
+  for (auto& [srqn, s] : srqs_) {
+    if (srq_has_work(s)) {
       end_sleep();
       return false;
     }
@@ -227,6 +234,7 @@ void QueuePump::end_sleep() {
     qp.sq.end_sleep();
     qp.rq.end_sleep();
   }
+  for (auto& [srqn, s] : srqs_) s.ring.end_sleep();
 }
 
 bool QueuePump::complete(uint32_t cqn, const fw::Completion& wc) {
@@ -291,6 +299,8 @@ void QueuePump::async_event(fw::EventType type, uint32_t element) {
     if (it != cqs_.end()) send_async(async_fd_of_(it->second.owner), it->second.user_handle, type);
     return;
   }
+  if (type == fw::EventType::kSrqLimitReached || type == fw::EventType::kSrqErr)
+    return srq_async_event(type, element);
   auto it = qps_.find(element);
   if (it != qps_.end()) send_async(async_fd_of_(it->second.owner), it->second.user_handle, type);
 }

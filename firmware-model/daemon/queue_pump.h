@@ -39,6 +39,12 @@ class QueuePump final : public hw::EventSink {
   // Unmap (and close the CQ's channel); the ring memory's size, 0 if none.
   size_t remove_cq(uint32_t cqn);
   size_t remove_qp(uint32_t qpn);
+  // An SRQ's receive ring (queue_pump_srq.cc): entries = its max_wr.
+  int add_srq(uint32_t srqn, fw::OwnerId owner, uint64_t user_handle, uint32_t entries,
+              size_t bytes, int* client_fd, size_t* size);
+  size_t remove_srq(uint32_t srqn);
+  // What the application posted on an SRQ's ring, into the backend.
+  void drain_srq(uint32_t srqn);
   // Everything already posted on a QP's rings into the backend (before a
   // state change, so work posted earlier is ordered before it).
   void drain(uint32_t qpn);
@@ -82,6 +88,22 @@ class QueuePump final : public hw::EventSink {
     bool ring_broken = false;  // a corrupted index: QP fatal, rings no longer read
   };
 
+  struct SrqState {
+    fw::OwnerId owner = 0;
+    uint64_t user_handle = 0;
+    ShmRegion shm;
+    RingView ring;
+    uint32_t read = 0;     // entries copied out of the ring (posted to the backend or refused)
+    uint32_t refused = 0;  // of those, refused by the backend
+    uint32_t freed = 0;    // published consumer: taken by messages + refused
+    bool broken = false;   // a corrupted producer: IBV_EVENT_SRQ_ERR, no longer read
+  };
+  int poll_srqs();
+  int drain_srq(uint32_t srqn, SrqState& s);
+  int read_srq(uint32_t srqn, SrqState& s);
+  bool srq_has_work(const SrqState& s) const;
+  void srq_async_event(fw::EventType type, uint32_t srqn);
+
   int drain_sq(uint32_t qpn, QpState& qp);
   int drain_rq(uint32_t qpn, QpState& qp);
   bool ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t prod, uint32_t entries);
@@ -96,6 +118,7 @@ class QueuePump final : public hw::EventSink {
   hw::TransportBackend* backend_ = nullptr;
   std::map<uint32_t, CqState> cqs_;
   std::map<uint32_t, QpState> qps_;
+  std::map<uint32_t, SrqState> srqs_;
   std::vector<uint32_t> dirty_cqs_;
 };
 

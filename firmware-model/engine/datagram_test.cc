@@ -329,7 +329,7 @@ TEST_CASE("datagram__ud_state_table_wants_qkey_and_refuses_rc_attributes") {
   a.qp_state = QpState::kRts;
   CHECK(n.engine->modify_qp(Node::kOwner, n.qpn, a, kAttrState) == EINVAL);  // no SQ PSN
   REQUIRE(n.engine->modify_qp(Node::kOwner, n.qpn, a, kAttrState | kAttrSqPsn | kAttrQkey) == 0);
-  init.type = static_cast<QpType>(3);  // UC: not this engine's
+  init.type = static_cast<QpType>(8);  // RAW_PACKET: not this engine's
   uint32_t q = 0;
   CHECK(n.engine->create_qp(Node::kOwner, init, &q, nullptr) == EINVAL);
 }

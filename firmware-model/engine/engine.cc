@@ -165,6 +165,7 @@ void Core::placement_failed(Qp& qp) {
     qp.placed_recvs.clear();
     bump(&qp, &Counters::rx_drop_owner_gone);
   }
+  if (qp.placed && qp.init.type == QpType::kUc) uc::placement_failed(*this, qp);  // no NACK in UC
   if (qp.placed) responder::placement_failed(*this, qp);  // NACK, QP to ERR
   if (rd) completer::fail(*this, qp, seq, WcStatus::kLocAccessErr);
 }
@@ -218,6 +219,8 @@ void Core::qp_to_error(Qp& qp) {
   qp.tlp_deadline = qp.read_deadline = kNever;
   qp.tlp_out = qp.rto_undo = false;
   qp.pending_acks = 0;
+  // IB: a QP on an SRQ that enters ERR takes no more of its WQEs.
+  if (qp.srq) hal_.events.async_event(EventType::kQpLastWqeReached, qp.qpn);
 }
 
 namespace {
@@ -274,12 +277,13 @@ uint32_t pow2_at_least(uint32_t n) {
 
 struct Engine::Impl {
   Impl(const EngineConfig& cfg, Hal hal)
-      : core(cfg, hal), pds(cfg.caps.max_pd), cqs(cfg.caps.max_cq) {}
+      : core(cfg, hal), pds(cfg.caps.max_pd), cqs(cfg.caps.max_cq), srqs(cfg.caps.max_srq) {}
 
   Core core;
   bool busy = false;  // inside an entry point (reentrancy check)
   Table<Pd> pds;
   Table<Cq> cqs;
+  SrqTable srqs;
   std::vector<std::unique_ptr<Qp>> qps;  // by QPN index
   std::vector<uint16_t> qp_gen;
   uint32_t qp_count = 0;
@@ -306,6 +310,13 @@ struct Engine::Impl {
     if (!qp) return ENOENT;
     if (qp->owner != owner) return EPERM;
     *out = qp;
+    return 0;
+  }
+  int owned_srq(OwnerId owner, uint32_t srqn, Srq** out) const {
+    Srq* s = srqs.get(srqn);
+    if (!s) return ENOENT;
+    if (s->owner != owner) return EPERM;
+    *out = s;
     return 0;
   }
   template <class T>
@@ -337,6 +348,7 @@ struct Engine::Impl {
   }
 
   void reset_transport(Qp& qp) {
+    if (qp.srq) srq::release_window(core, qp);
     qp.sq_head = qp.sq_next = qp.sq_tail = 0;
     qp.rq_head = qp.rq_tail = 0;
     qp.sb.reset(0);
@@ -359,6 +371,7 @@ struct Engine::Impl {
     qp.has_fatal_nack = qp.fatal_read = false;
     qp.placed = qp.rd_placed = false;
     qp.placed_recvs.clear();
+    qp.uc = UcReceive{};
     core.forget(qp);
   }
 
@@ -420,11 +433,13 @@ struct Engine::Impl {
         } else if (from == QpState::kInit) {
           qp.mtu = effective_mtu(qp.attr.path_mtu, core.config().port.link_mtu);
           qp.rw.reset(qp.attr.rq_psn);
+          qp.uc.next_psn = qp.attr.rq_psn;
           make_cc(qp);
         }
         break;
       case QpState::kRts:
         if (from == QpState::kRtr) qp.sb.reset(qp.attr.sq_psn);
+        if (from == QpState::kRtr) qp.uc.send_psn = qp.attr.sq_psn;
         if (from == QpState::kRtr) qp.ud_psn = qp.attr.sq_psn;
         break;
       case QpState::kSqd:
@@ -476,6 +491,7 @@ struct Engine::Impl {
   }
 
   void destroy(Qp& qp) {
+    if (qp.srq) --qp.srq->qps;
     if (Pd* pd = pds.get(qp.init.pdn)) --pd->refs;
     if (Cq* cq = cqs.get(qp.init.send_cqn)) --cq->refs;
     if (Cq* cq = cqs.get(qp.init.recv_cqn)) --cq->refs;
@@ -541,9 +557,10 @@ struct Engine::Impl {
         }
         Qp& qp = *act[i];
         core.touch(qp);
-        uint32_t n = qp.init.type == QpType::kUd
-                         ? datagram::run(core, qp, kPumpBudget)
-                         : requester::run(core, qp, kPumpBudget) + responder::run(core, qp, kPumpBudget);
+        uint32_t n = qp.init.type == QpType::kUd   ? datagram::run(core, qp, kPumpBudget)
+                     : qp.init.type == QpType::kUc ? uc::run(core, qp, kPumpBudget)
+                                                   : requester::run(core, qp, kPumpBudget) +
+                                                         responder::run(core, qp, kPumpBudget);
         if (n) {
           progress = true;
           ++i;
@@ -682,12 +699,18 @@ int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCa
   Impl& m = *impl_;
   Pd* pd = nullptr;
   Cq *scq = nullptr, *rcq = nullptr;
-  if (init.type != QpType::kRc && init.type != QpType::kUd) return EINVAL;
+  if (init.type != QpType::kRc && init.type != QpType::kUd && init.type != QpType::kUc)
+    return EINVAL;
   if (int e = Impl::owned(m.pds, owner, init.pdn, &pd)) return e;
   if (int e = Impl::owned(m.cqs, owner, init.send_cqn, &scq)) return e;
   if (int e = Impl::owned(m.cqs, owner, init.recv_cqn, &rcq)) return e;
+  Srq* srq = nullptr;
+  if (init.srqn)
+    if (int e = m.owned_srq(owner, init.srqn, &srq)) return e;
+  if (srq && init.type == QpType::kUd) return EINVAL;  // not built (docs/engine.md §Known gaps)
   const DeviceCaps& c = caps();
-  const QpCap& cap = init.cap;
+  QpCap cap = init.cap;
+  if (srq) cap.max_recv_wr = cap.max_recv_sge = 0;  // IB: ignored with an SRQ
   if (cap.max_send_wr > c.max_qp_wr || cap.max_recv_wr > c.max_qp_wr ||
       cap.max_send_sge > c.max_sge || cap.max_recv_sge > c.max_sge ||
       cap.max_inline_data > c.max_inline)
@@ -704,18 +727,23 @@ int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCa
   qp->qpn = (uint32_t{m.qp_gen[idx]} & 0xFFF) << kQpIndexBits | idx;
   qp->owner = owner;
   qp->init = init;
+  qp->init.cap = cap;
   qp->attr.cap = cap;
+  qp->srq = srq;
   qp->sq.resize(pow2_at_least(std::max<uint32_t>(1, cap.max_send_wr)));
   qp->sq_mask = static_cast<uint32_t>(qp->sq.size() - 1);
-  qp->rq.resize(pow2_at_least(std::max<uint32_t>(1, cap.max_recv_wr)));
+  // With an SRQ the ring is the window of receives taken from it (srq.h).
+  qp->rq.resize(srq ? srq->attr.max_wr : pow2_at_least(std::max<uint32_t>(1, cap.max_recv_wr)));
   qp->rq_mask = static_cast<uint32_t>(qp->rq.size() - 1);
-  qp->paths = make_path_selector(std::max<uint32_t>(1, m.core.config().num_paths),
-                                 m.core.hal().random.next());
+  // UC uses one path: another could reorder its packets, which is loss to UC.
+  uint32_t paths = init.type == QpType::kUc ? 1 : m.core.config().num_paths;
+  qp->paths = make_path_selector(std::max<uint32_t>(1, paths), m.core.hal().random.next());
   if (int e = m.make_cc(*qp)) return e;
   m.reset_transport(*qp);
   ++pd->refs;
   ++scq->refs;
   ++rcq->refs;
+  if (srq) ++srq->qps;
   *qpn = qp->qpn;
   if (actual_cap) *actual_cap = cap;
   m.qps[idx] = std::move(qp);
@@ -754,8 +782,72 @@ int Engine::destroy_qp(OwnerId owner, uint32_t qpn) {
   EntryGuard guard(impl_->busy);
   Qp* qp = nullptr;
   if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
+  if (qp->srq) srq::release_window(impl_->core, *qp);  // the SRQ's buffers go back
   impl_->destroy(*qp);
+  impl_->settle();
   return 0;
+}
+
+int Engine::create_srq(OwnerId owner, uint32_t pdn, const SrqAttr& want, uint32_t* srqn,
+                       SrqAttr* actual, const char** why) {
+  EntryGuard guard(impl_->busy);
+  const char* reason = nullptr;
+  Pd* pd = nullptr;
+  if (int e = Impl::owned(impl_->pds, owner, pdn, &pd)) return e;
+  SrqAttr attr;
+  if (int e = srq::check_create(caps(), want, &attr, &reason)) {
+    if (why) *why = reason;
+    return e;
+  }
+  Srq* s = impl_->srqs.add();
+  if (!s) return ENOMEM;
+  s->owner = owner;
+  s->pdn = pdn;
+  s->attr = attr;
+  s->ring.resize(attr.max_wr);
+  ++pd->refs;
+  *srqn = s->srqn;
+  if (actual) *actual = attr;
+  return 0;
+}
+
+int Engine::modify_srq(OwnerId owner, uint32_t srqn, const SrqAttr& attr, uint32_t mask,
+                       const char** why) {
+  EntryGuard guard(impl_->busy);
+  Srq* s = nullptr;
+  if (int e = impl_->owned_srq(owner, srqn, &s)) return e;
+  const char* reason = nullptr;
+  int e = srq::modify(*s, attr, mask, &reason);
+  if (e && why) *why = reason;
+  return e;
+}
+
+int Engine::query_srq(OwnerId owner, uint32_t srqn, SrqAttr* attr, uint32_t* taken) const {
+  Srq* s = nullptr;
+  if (int e = impl_->owned_srq(owner, srqn, &s)) return e;
+  if (attr) *attr = s->attr;
+  if (taken) *taken = s->head;
+  return 0;
+}
+
+int Engine::destroy_srq(OwnerId owner, uint32_t srqn, const char** why) {
+  EntryGuard guard(impl_->busy);
+  Srq* s = nullptr;
+  if (int e = impl_->owned_srq(owner, srqn, &s)) return e;
+  if (s->qps) {
+    if (why) *why = "SRQ still has QPs attached: destroy them first";
+    return EBUSY;
+  }
+  if (Pd* pd = impl_->pds.get(s->pdn)) --pd->refs;
+  impl_->srqs.remove(srqn);
+  return 0;
+}
+
+int Engine::post_srq_recv(OwnerId owner, uint32_t srqn, const RecvWr& wr) {
+  EntryGuard guard(impl_->busy);
+  Srq* s = nullptr;
+  if (int e = impl_->owned_srq(owner, srqn, &s)) return e;
+  return srq::post(*s, wr);
 }
 
 void Engine::destroy_owner(OwnerId owner) {
@@ -763,6 +855,11 @@ void Engine::destroy_owner(OwnerId owner) {
   Impl& m = *impl_;
   for (auto& q : m.qps)
     if (q && q->owner == owner) m.destroy(*q);  // no completions: its CQs die too
+  for (uint32_t i = 1; i < m.srqs.end(); ++i)
+    if (Srq* s = m.srqs.get(i); s && s->owner == owner) {
+      if (Pd* pd = m.pds.get(s->pdn)) --pd->refs;
+      m.srqs.remove(i);
+    }
   for (uint32_t i = 1; i < m.cqs.end(); ++i)
     if (Cq* cq = m.cqs.get(i); cq && cq->owner == owner) m.cqs.remove(i);
   auto& ahs = m.core.ahs();
@@ -841,6 +938,7 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
     return EINVAL;
   if (!inl && (wr.num_sge > qp->init.cap.max_send_sge || !wr.inline_data.empty())) return EINVAL;
   if (atomic && (wr.num_sge != 1 || wr.sg[0].length != 8)) return EINVAL;
+  if (qp->init.type == QpType::kUc && (atomic || wr.opcode == WrOpcode::kRdmaRead)) return EINVAL;
   if (qp->state == QpState::kErr || qp->state == QpState::kSqe)
     return impl_->flush_at_once(*qp, wr.wr_id, true);
   if (qp->sq_tail - qp->sq_head >= qp->init.cap.max_send_wr) return ENOMEM;
@@ -887,7 +985,7 @@ int Engine::post_recv(OwnerId owner, uint32_t qpn, const RecvWr& wr) {
   EntryGuard guard(impl_->busy);
   Qp* qp = nullptr;
   if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
-  if (qp->state == QpState::kReset) return EINVAL;
+  if (qp->state == QpState::kReset || qp->srq) return EINVAL;  // an SRQ QP has no RQ
   if (wr.num_sge > qp->init.cap.max_recv_sge) return EINVAL;
   if (qp->rq_tail - qp->rq_head >= qp->init.cap.max_recv_wr) return ENOMEM;
   if (qp->state == QpState::kErr) return impl_->flush_at_once(*qp, wr.wr_id, false);
@@ -954,6 +1052,16 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
   }
   qp->counters.rx_packets++;
   qp->counters.rx_bytes += frame.size();
+  if (is_uc(p.mbth.opcode) != (qp->init.type == QpType::kUc)) {  // the other service's packet
+    c.bump(qp, &Counters::rx_drop_wrong_service);
+    return;
+  }
+  if (qp->init.type == QpType::kUc) {
+    uc::on_request(c, *qp, f);
+    m.pump();
+    m.settle();
+    return;
+  }
   switch (p.mbth.opcode) {
     case proto::Opcode::kSend:
     case proto::Opcode::kSendImm:

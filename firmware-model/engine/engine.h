@@ -98,6 +98,19 @@ struct Counters {
   uint64_t rx_drop_ud_recv_too_small = 0;  // GRH + payload over the receive (completes kLocLenErr)
   uint64_t rx_drop_ud_recv_fault = 0;   // receive lkey/bounds/DMA failed (completes in error)
   uint64_t rx_drop_mcast_no_group = 0;  // multicast datagram for a group no QP here joined
+  // srq: shared receive queues (docs/engine.md §Shared receive queues)
+  uint64_t srq_limit_events = 0;   // SRQ fell below its armed limit (IBV_EVENT_SRQ_LIMIT_REACHED)
+  uint64_t rx_rnr_srq_empty = 0;   // RNR: the QP's SRQ had no receive for the message
+  uint64_t rx_rnr_srq_window = 0;  // RNR: MSN beyond the QP's window of SRQ receives
+  // srq: unreliable connected service (docs/engine.md §Unreliable connected)
+  uint64_t rx_drop_wrong_service = 0;   // an RC opcode on a UC QP, a UC one on an RC QP, or a response on UC
+  uint64_t rx_drop_uc_stale = 0;        // UC packet older than the PSN expected (reordered, duplicated)
+  uint64_t rx_drop_uc_psn_gap = 0;      // UC PSN gap: packets lost, the message in progress dropped
+  uint64_t rx_drop_uc_mid_message = 0;  // UC packet of a message whose start was lost or refused
+  uint64_t rx_drop_uc_no_recv = 0;      // UC SEND/WRITE_IMM with no receive posted (no RNR in UC)
+  uint64_t rx_drop_uc_access = 0;       // UC WRITE whose rkey, range or access fails
+  uint64_t rx_drop_uc_too_long = 0;     // UC SEND longer than its receive (it completes kLocLenErr)
+  uint64_t rx_drop_uc_malformed = 0;    // UC packet not continuing its message (opcode, length, offset)
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).
@@ -154,6 +167,22 @@ class Engine {
   // Tear down everything `owner` created (its process exited). Its QPs'
   // peers see errors through the normal retry path.
   void destroy_owner(OwnerId owner);
+
+  // ---- shared receive queues (docs/engine.md §Shared receive queues) ----
+  // Errors are errnos; *why (if given) names the broken rule for EINVAL
+  // and EBUSY. An SRQ is attached with QpInitAttr::srqn at create_qp.
+  int create_srq(OwnerId owner, uint32_t pdn, const SrqAttr& want, uint32_t* srqn,
+                 SrqAttr* actual, const char** why = nullptr);
+  int modify_srq(OwnerId owner, uint32_t srqn, const SrqAttr& attr, uint32_t mask,
+                 const char** why = nullptr);
+  // taken: WQEs consumed by messages so far (free-running), the NIC's
+  // consumer index of the SRQ's ring.
+  int query_srq(OwnerId owner, uint32_t srqn, SrqAttr* attr, uint32_t* taken = nullptr) const;
+  // EBUSY while QPs are attached.
+  int destroy_srq(OwnerId owner, uint32_t srqn, const char** why = nullptr);
+  // 0, EINVAL (num_sge above max_sge), ENOMEM (max_wr receives posted and
+  // not yet taken by a message).
+  int post_srq_recv(OwnerId owner, uint32_t srqn, const RecvWr& wr);
 
   // ---- doorbells (data path) ----
   int post_send(OwnerId owner, uint32_t qpn, const SendWr& wr);

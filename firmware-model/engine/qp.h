@@ -18,6 +18,8 @@
 #include "firmware-model/engine/objects.h"
 #include "firmware-model/engine/reliability.h"
 #include "firmware-model/engine/timer_index.h"
+#include "firmware-model/engine/srq.h"
+#include "firmware-model/engine/uc.h"
 #include "firmware-model/engine/types.h"
 #include "proto/packet.h"
 
@@ -210,7 +212,12 @@ struct Qp {
   WcStatus error_status = WcStatus::kSuccess;  // first error completion since RESET (operators)
   bool sq_drained_reported = false;
 
+  UcReceive uc;  // UC responder: the message being received (uc.h)
+
   // ---- responder ----
+  // The SRQ the QP takes receives from (srq.h), or null: then `rq` is a
+  // window of receives it took, filled by srq::refill.
+  Srq* srq = nullptr;
   RecvWindow rw;
   std::vector<RecvWqe> rq;
   uint32_t rq_mask = 0;
@@ -347,10 +354,25 @@ void arm_rto(Core& c, Qp& qp, bool restart);
 // gone by then): lkeys, bounds and access of its SGEs, message size.
 WcStatus check_local(Core& c, const Qp& qp, const SendWqe& w);
 bool has_work(const Qp& qp);
+// The request packet for [offset, offset+len) of w, payload gathered into
+// the scratch buffer (also the UC sender's, uc.cc): kSuccess, kLocProtErr
+// (an lkey died) or kLocQpOpErr (the host read failed).
+WcStatus build(Core& c, Qp& qp, SendWqe& w, uint32_t psn, uint32_t offset, uint32_t len,
+               uint8_t path, bool retransmit, proto::Packet* p);
 }  // namespace requester
+
+namespace uc {
+// The unreliable connected service (uc.h).
+uint32_t run(Core& c, Qp& qp, uint32_t budget);
+void on_request(Core& c, Qp& qp, const proto::Frame& f);
+void placement_failed(Core& c, Qp& qp);
+}  // namespace uc
 
 namespace responder {
 void on_request(Core& c, Qp& qp, const proto::Frame& f);
+// Every SGE of a receive names a live MR of the receive's PD with local
+// write (checked for every packet placed into it: dereg_mr takes effect).
+bool recv_keys_ok(Core& c, const Qp& qp, const RecvWqe& rw);
 // Forgets the held out-of-order READs/atomics (QP to ERR or RESET).
 void drop_held(Qp& qp);
 void send_ack(Core& c, Qp& qp, bool dup);

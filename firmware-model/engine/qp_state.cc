@@ -129,6 +129,12 @@ int check_modify(QpType type, QpState cur, const QpAttr& attr, uint32_t mask,
   Transition t = static_cast<unsigned>(to) > 6 ? Transition{}
                  : type == QpType::kUd         ? ud_entry(cur, to)
                                                : table_entry(cur, to);
+  if (type == QpType::kUc) {  // RC's table without reliability and responder resources
+    constexpr uint32_t kRcOnly = kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMinRnrTimer |
+                                 kAttrMaxQpRdAtomic | kAttrMaxDestRdAtomic;
+    t.required &= ~kRcOnly;
+    t.optional &= ~kRcOnly;
+  }
   uint32_t extra = mask & ~(kAttrState | kAttrCurState | t.required | t.optional);
   if (static_cast<unsigned>(to) > 6) reason = "unknown qp_state";
   else if ((mask & kAttrCurState) && attr.cur_qp_state != cur) reason = "cur_qp_state mismatch";

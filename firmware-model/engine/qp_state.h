@@ -27,9 +27,13 @@ Transition ud_transition(QpState cur, QpState next);
 // Decides the next state of a modify_qp call and checks the mask against the
 // table and the attribute values against their ranges. Returns 0 or EINVAL.
 // `why` (may be null) receives a static explanation for the daemon's log.
+// A UC QP (type kUc) has the same table without the attributes of
+// reliability and responder resources (timeout, retry_cnt, rnr_retry,
+// min_rnr_timer, max_rd_atomic, max_dest_rd_atomic), as ib_modify_qp_is_ok.
 int check_modify(QpState cur, const QpAttr& attr, uint32_t mask, const DeviceCaps& caps,
                  uint32_t num_gids, QpState* next, const char** why);
-// The same for a QP of `type` (RC or UD table).
+// The same for a QP of `type`: RC, UD, or UC (RC's table without the
+// attributes of reliability and responder resources, as ib_modify_qp_is_ok).
 int check_modify(QpType type, QpState cur, const QpAttr& attr, uint32_t mask,
                  const DeviceCaps& caps, uint32_t num_gids, QpState* next, const char** why);
 

@@ -42,6 +42,8 @@ uint32_t wire_bytes(WrOpcode op, uint32_t payload) {
          (carries_payload(op) ? payload : 0);
 }
 
+}  // namespace
+
 // Builds the request packet for [offset, offset+len) of w (for READ_REQ the
 // range to read) and fills its payload into the scratch buffer. Fails with
 // kLocProtErr when an lkey died since the WQE started (dereg_mr: the NIC
@@ -97,7 +99,6 @@ WcStatus build(Core& c, Qp& qp, SendWqe& w, uint32_t psn, uint32_t offset, uint3
   return WcStatus::kSuccess;
 }
 
-}  // namespace
 
 WcStatus check_local(Core& c, const Qp& qp, const SendWqe& w) {
   const SendWr& wr = w.wr;

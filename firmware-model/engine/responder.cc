@@ -194,15 +194,21 @@ State check_resources(Core& c, Qp& qp, Req& r) {
   return State::kCheckRkey;
 }
 
+}  // namespace
+
 bool recv_keys_ok(Core& c, const Qp& qp, const RecvWqe& rw) {
   for (uint32_t i = 0; i < rw.wr.num_sge; ++i) {
     const Sge& s = rw.wr.sg[i];
-    if (c.mrs().check_local(qp.owner, qp.init.pdn, s.lkey, s.addr, s.length,
+    // A receive from an SRQ is checked against the SRQ's PD (IB).
+    uint32_t pdn = qp.srq ? qp.srq->pdn : qp.init.pdn;
+    if (c.mrs().check_local(qp.owner, pdn, s.lkey, s.addr, s.length,
                             kAccessLocalWrite) != KeyCheck::kOk)
       return false;
   }
   return true;
 }
+
+namespace {
 
 // Binds the message's MSN to the MSN-th posted receive (docs/engine.md
 // §Message numbering): out-of-order packets of different messages land in
@@ -214,6 +220,7 @@ State check_recv(Core& c, Qp& qp, Req& r) {
     c.bump(&qp, &Counters::rx_drop_duplicate);
     return State::kAcknowledge;
   }
+  if (qp.srq && !proto::seq_lt(msn, qp.rq_tail)) srq::refill(c, qp, msn);
   if (!proto::seq_lt(msn, qp.rq_tail)) return State::kNakRnr;
   RecvWqe& rw = qp.rqe(msn);
   bool is_send = p.mbth.opcode != Opcode::kWriteImm;

@@ -25,7 +25,7 @@ using OwnerId = uint32_t;
 inline constexpr uint32_t kMaxSge = 16;
 inline constexpr uint32_t kMaxInline = 256;
 
-enum class QpType : uint8_t { kRc = 2, kUd = 4 };  // ibv_qp_type
+enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4 };  // ibv_qp_type
 
 enum class QpState : uint8_t { kReset = 0, kInit = 1, kRtr = 2, kRts = 3, kSqd = 4, kSqe = 5, kErr = 6 };
 
@@ -114,6 +114,8 @@ enum class EventType : uint8_t {  // ibv_event_type
   kPortActive = 9,
   kPortErr = 10,
   kDeviceFatal = 8,
+  kSrqErr = 14,
+  kSrqLimitReached = 15,     // element: the SRQ number
   kQpLastWqeReached = 16,
 };
 
@@ -179,7 +181,18 @@ struct QpInitAttr {
   uint32_t recv_cqn = 0;
   QpCap cap;
   bool sq_sig_all = false;
+  // A shared receive queue (docs/engine.md §Shared receive queues): 0 none.
+  // With one, cap.max_recv_wr/max_recv_sge are ignored (reported 0).
+  uint32_t srqn = 0;
 };
+
+// ibv_srq_attr and ibv_srq_attr_mask.
+struct SrqAttr {
+  uint32_t max_wr = 0;
+  uint32_t max_sge = 0;
+  uint32_t srq_limit = 0;  // armed while non-zero: kSrqLimitReached below it
+};
+enum SrqAttrMask : uint32_t { kSrqMaxWr = 1, kSrqLimit = 2 };
 
 // Address vector: where the peer is. GIDs are RoCE v2 style (IPv4-mapped or
 // IPv6), so a GID is an IP address.
@@ -229,6 +242,7 @@ struct DeviceCaps {
   uint32_t max_qp_rd_atom = 16;
   uint32_t max_inline = kMaxInline;
   uint32_t max_msg_size = 1u << 31;
+  uint32_t max_srq = 1024;  // SRQs hold max_qp_wr WQEs of max_sge SGEs at most
   uint32_t max_ah = 65536;
   uint32_t max_mcast_grp = 1024;
   uint32_t max_mcast_qp_attach = 64;  // QPs per group

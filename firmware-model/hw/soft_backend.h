@@ -53,6 +53,23 @@ class SoftBackend : public TransportBackend {
   int detach_mcast(fw::OwnerId o, uint32_t qpn, const proto::IpAddr& g) override {
     return engine_.detach_mcast(o, qpn, g);
   }
+  int create_srq(fw::OwnerId o, uint32_t pdn, const fw::SrqAttr& want, uint32_t* srqn,
+                 fw::SrqAttr* actual, const char** why) override {
+    return engine_.create_srq(o, pdn, want, srqn, actual, why);
+  }
+  int modify_srq(fw::OwnerId o, uint32_t srqn, const fw::SrqAttr& attr, uint32_t mask,
+                 const char** why) override {
+    return engine_.modify_srq(o, srqn, attr, mask, why);
+  }
+  int query_srq(fw::OwnerId o, uint32_t srqn, fw::SrqAttr* attr, uint32_t* taken) override {
+    return engine_.query_srq(o, srqn, attr, taken);
+  }
+  int destroy_srq(fw::OwnerId o, uint32_t srqn, const char** why) override {
+    return engine_.destroy_srq(o, srqn, why);
+  }
+  int post_srq_recv(fw::OwnerId o, uint32_t srqn, const fw::RecvWr& wr) override {
+    return engine_.post_srq_recv(o, srqn, wr);
+  }
   int post_send(fw::OwnerId o, uint32_t qpn, const fw::SendWr& wr) override {
     return engine_.post_send(o, qpn, wr);
   }

@@ -83,6 +83,27 @@ class TransportBackend {
   virtual int detach_mcast(fw::OwnerId owner, uint32_t qpn, const proto::IpAddr& group) {
     return EOPNOTSUPP;
   }
+  // Shared receive queues (fw::Engine's, docs/engine.md §Shared receive
+  // queues). A backend without them refuses with EOPNOTSUPP; *why names
+  // the broken rule of an EINVAL/EBUSY.
+  virtual int create_srq(fw::OwnerId, uint32_t /*pdn*/, const fw::SrqAttr&, uint32_t* /*srqn*/,
+                         fw::SrqAttr* /*actual*/, const char** /*why*/) {
+    return EOPNOTSUPP;
+  }
+  virtual int modify_srq(fw::OwnerId, uint32_t /*srqn*/, const fw::SrqAttr&, uint32_t /*mask*/,
+                         const char** /*why*/) {
+    return EOPNOTSUPP;
+  }
+  // taken: receives consumed by messages (the NIC's consumer index of the ring).
+  virtual int query_srq(fw::OwnerId, uint32_t /*srqn*/, fw::SrqAttr*, uint32_t* /*taken*/) {
+    return EOPNOTSUPP;
+  }
+  virtual int destroy_srq(fw::OwnerId, uint32_t /*srqn*/, const char** /*why*/) {
+    return EOPNOTSUPP;
+  }
+  virtual int post_srq_recv(fw::OwnerId, uint32_t /*srqn*/, const fw::RecvWr&) {
+    return EOPNOTSUPP;
+  }
 
   // ---- doorbells (data path) ----
   // ENOMEM: the queue is full; the caller keeps the WR and retries.

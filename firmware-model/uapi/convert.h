@@ -99,7 +99,20 @@ struct NamedCounter {
   X(rx_drop_ud_wrong_type)       \
   X(rx_drop_ud_recv_too_small)   \
   X(rx_drop_ud_recv_fault)       \
-  X(rx_drop_mcast_no_group)
+  X(rx_drop_mcast_no_group) \
+  /* srq: shared receive queues */ \
+  X(srq_limit_events)            \
+  X(rx_rnr_srq_empty)            \
+  X(rx_rnr_srq_window)           \
+  /* srq: unreliable connected service */ \
+  X(rx_drop_wrong_service)       \
+  X(rx_drop_uc_stale)            \
+  X(rx_drop_uc_psn_gap)          \
+  X(rx_drop_uc_mid_message)      \
+  X(rx_drop_uc_no_recv)          \
+  X(rx_drop_uc_access)           \
+  X(rx_drop_uc_too_long)         \
+  X(rx_drop_uc_malformed)
 
 #define MROCE_X(name) +1
 inline constexpr size_t kEngineCounters = 0 MROCE_ENGINE_COUNTERS(MROCE_X);

@@ -59,6 +59,11 @@ enum mroce_op {
   MROCE_OP_DESTROY_AH = 21,   /* mroce_handle_req (handle = ahn) */
   MROCE_OP_ATTACH_MCAST = 22, /* mroce_mcast_req */
   MROCE_OP_DETACH_MCAST = 23, /* mroce_mcast_req */
+  MROCE_OP_CREATE_SRQ = 24,   /* reply carries 1 fd: the SRQ's receive ring memfd */
+  MROCE_OP_MODIFY_SRQ = 25,
+  MROCE_OP_QUERY_SRQ = 26,    /* mroce_handle_req (handle = srqn) */
+  MROCE_OP_DESTROY_SRQ = 27,  /* mroce_handle_req (handle = srqn) */
+  MROCE_OP_QUERY_DEVICE_EX = 28, /* empty -> mroce_device_attr_ex (SRQ caps, ...) */
   /* cm: the emulated /dev/infiniband/rdma_cm (docs/connection-manager.md §4, §6).
    * One control connection per emulated file; no context needed. */
   MROCE_OP_UCMA_OPEN = 32, /* request carries 1 fd: the channel's event socket (daemon's end);
@@ -114,6 +119,17 @@ struct mroce_device_attr {
   char fw_ver[32];
 };
 MROCE_STATIC_ASSERT(sizeof(struct mroce_device_attr) == 104, "device_attr");
+
+/* QUERY_DEVICE_EX (28): capabilities beyond mroce_device_attr, so that
+ * layout never changes. A daemon without the op answers EOPNOTSUPP: the
+ * provider then reports these as 0 (no SRQs). */
+struct mroce_device_attr_ex {
+  uint32_t max_srq;      /* shared receive queues (docs/device-abi.md §2.7) */
+  uint32_t max_srq_wr;
+  uint32_t max_srq_sge;
+  uint32_t reserved[13];
+};
+MROCE_STATIC_ASSERT(sizeof(struct mroce_device_attr_ex) == 64, "device_attr_ex");
 
 struct mroce_port_attr {
   uint32_t state;        /* enum ibv_port_state: 4 ACTIVE, 1 DOWN */
@@ -175,8 +191,8 @@ struct mroce_create_qp_req {
   uint32_t pdn, send_cqn, recv_cqn;
   uint32_t sq_sig_all;
   struct mroce_qp_cap cap;
-  uint32_t qp_type;     /* IBV_QPT_RC (2) or IBV_QPT_UD (4) */
-  uint32_t reserved;
+  uint32_t qp_type;     /* IBV_QPT_RC (2), IBV_QPT_UC (3) or IBV_QPT_UD (4) */
+  uint32_t srqn;        /* 0, or the SRQ its receives come from (cap.max_recv_* ignored) */
 };
 struct mroce_create_qp_resp {
   uint32_t qpn;
@@ -186,6 +202,34 @@ struct mroce_create_qp_resp {
   uint64_t ring_bytes;           /* memfd size: SQ ring then RQ ring */
   uint64_t rq_offset;            /* byte offset of the RQ ring header */
 };
+
+/* Shared receive queues (docs/device-abi.md §2.7). The SRQ's ring holds
+ * struct mroce_recv_wqe entries produced by ibv_post_srq_recv; the NIC
+ * publishes as its consumer index the number of WQEs *taken by messages*
+ * (not merely read), so the application's `producer - consumer <
+ * entries` check is exactly the SRQ's max_wr bound. */
+struct mroce_srq_attr {
+  uint32_t max_wr, max_sge, srq_limit;
+  uint32_t reserved;
+};
+struct mroce_create_srq_req {
+  uint64_t user_handle; /* struct ibv_srq *: element of SRQ async events */
+  uint32_t pdn;
+  uint32_t reserved;
+  struct mroce_srq_attr attr;
+};
+struct mroce_create_srq_resp {
+  uint32_t srqn;
+  uint32_t entries;     /* ring entries: the actual max_wr, a power of two */
+  uint64_t ring_bytes;  /* memfd size: the ring header at offset 0 */
+  struct mroce_srq_attr attr; /* actual */
+};
+struct mroce_modify_srq_req {
+  uint32_t srqn;
+  uint32_t attr_mask;   /* ibv_srq_attr_mask: IBV_SRQ_LIMIT only (resizing is refused) */
+  struct mroce_srq_attr attr;
+};
+/* QUERY_SRQ replies with struct mroce_srq_attr. */
 
 /* ibv_qp_attr subset, with GIDs as 16 raw bytes. */
 struct mroce_qp_attr {

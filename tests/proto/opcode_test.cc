@@ -45,6 +45,11 @@ TEST_CASE("opcode_table__extension_order") {
   CHECK(exts(Opcode::kNack) == "NACKH,");
   CHECK(exts(Opcode::kProbe) == "PROBEH,");
   CHECK(exts(Opcode::kProbeReply) == "PROBEH,");
+  // UC (§14): RC's request layouts.
+  CHECK(exts(Opcode::kUcSend) == "SETH,");
+  CHECK(exts(Opcode::kUcSendImm) == "SETH,IMM,");
+  CHECK(exts(Opcode::kUcWrite) == "RETH,");
+  CHECK(exts(Opcode::kUcWriteImm) == "RETH,IMM,");
 }
 
 TEST_CASE("opcode_table__payload_and_kind") {
@@ -54,7 +59,8 @@ TEST_CASE("opcode_table__payload_and_kind") {
   CHECK(with_payload ==
         std::set<std::string>{"SEND", "SEND_IMM", "RDMA_WRITE", "RDMA_WRITE_IMM", "RDMA_READ_RESP",
                               "CM_REQ", "CM_MRA", "CM_REJ", "CM_REP", "CM_RTU", "CM_DREQ",
-                              "CM_DREP", "UD_SEND", "UD_SEND_IMM"});
+                              "CM_DREP", "UD_SEND", "UD_SEND_IMM", "UC_SEND", "UC_SEND_IMM",
+                              "UC_RDMA_WRITE", "UC_RDMA_WRITE_IMM"});
   // Only CM private data is bounded by the table (§12.4: IB CM's limits).
   for (const auto& row : kOpcodeTable)
     CHECK((row.max_payload != kUnboundedPayload) == (row.ext_count() == 1 && row.exts[0] == Ext::kCmh));

@@ -178,12 +178,12 @@ TEST_CASE("daemon_error__positive_errno_and_null_with_errno") {
   CHECK(mroce_dealloc_pd(pd) == 0);
 }
 
-TEST_CASE("create_qp__rc_and_ud_only") {
+TEST_CASE("create_qp__rc_uc_and_ud_only") {
   QpFixture f;
   REQUIRE(f.qp);
   ibv_qp_init_attr a{};
   a.send_cq = a.recv_cq = f.cq;
-  a.qp_type = IBV_QPT_UC;
+  a.qp_type = IBV_QPT_RAW_PACKET;
   errno = 0;
   CHECK(mroce_create_qp(f.pd, &a) == nullptr);
   CHECK(errno == EOPNOTSUPP);

@@ -47,6 +47,10 @@ OPCODES = {
     # datagram service (docs/protocol.md section 13)
     "UD_SEND": (0x20, ["DETH"], True),
     "UD_SEND_IMM": (0x21, ["DETH", "IMM"], True),
+    "UC_SEND": (0x24, ["SETH"], True),
+    "UC_SEND_IMM": (0x25, ["SETH", "IMM"], True),
+    "UC_RDMA_WRITE": (0x26, ["RETH"], True),
+    "UC_RDMA_WRITE_IMM": (0x27, ["RETH", "IMM"], True),
 }
 # CM private data limits (section 12.4)
 CM_MAX_PRIVATE = {"CM_REQ": 92, "CM_MRA": 222, "CM_REJ": 148, "CM_REP": 196, "CM_RTU": 224,

@@ -41,6 +41,11 @@ local OPCODES = {
   -- datagram service (docs/protocol.md §13): one packet per message
   [0x20] = { "UD_SEND", { "DETH" }, true },
   [0x21] = { "UD_SEND_IMM", { "DETH", "IMM" }, true },
+  -- unreliable connected service (docs/protocol.md §14): RC's request layouts
+  [0x24] = { "UC_SEND", { "SETH" }, true },
+  [0x25] = { "UC_SEND_IMM", { "SETH", "IMM" }, true },
+  [0x26] = { "UC_RDMA_WRITE", { "RETH" }, true },
+  [0x27] = { "UC_RDMA_WRITE_IMM", { "RETH", "IMM" }, true },
 }
 -- CM private data limits (§12.4); more is malformed.
 local CM_MAX_PRIVATE = { [0x18] = 92, [0x19] = 222, [0x1A] = 148, [0x1B] = 196, [0x1C] = 224,
