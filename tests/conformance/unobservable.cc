@@ -10,9 +10,5 @@ namespace {
 RegisterUnobservable r7_3_1{
     "R7.3-1", "a grant of 0 means \"no limit\" on the wire (ACKH.credit), so no ACK can carry a grant below 1"};
 
-// Section 13 (UD, address handles) came from the ud work; its cases come
-// with it (docs/conformance.md §Adding a case). Remove this line then.
-RegisterPendingSection s13{"13", "UD cases come with the ud work"};
-
 }  // namespace
 }  // namespace metaroce::conform

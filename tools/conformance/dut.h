@@ -27,6 +27,11 @@ struct QpOptions {
   uint8_t max_rd_atomic = 4, max_dest_rd_atomic = 4;
   bool stop_at_rtr = false;   // leave the QP in RTR (receive only)
   uint32_t max_send_wr = 64, max_recv_wr = 64;
+  // IBV_QPT_UC: connected without ACKs (no RC-only attributes);
+  // IBV_QPT_UD: the QP's Q_Key is `qkey`, its sends go through an address
+  // handle to (peer, peer_qpn) with remote Q_Key `remote_qkey`.
+  ibv_qp_type type = IBV_QPT_RC;
+  uint32_t qkey = 0x1234567, remote_qkey = 0x7654321;
 };
 
 class DutQp {
@@ -50,6 +55,9 @@ class DutQp {
   // Bound to the MR for post_*.
   uint8_t* mem = nullptr;
   uint32_t lkey = 0;
+  // UD: the address handle, QPN and Q_Key post_send sends to.
+  ibv_ah* ah = nullptr;
+  uint32_t ud_qpn = 0, ud_qkey = 0;
 
  private:
   std::optional<ibv_wc> poll(ibv_cq* cq, double seconds);
@@ -71,6 +79,8 @@ class Dut {
   std::unique_ptr<DutQp> connect(const proto::IpAddr& peer, ibv_mtu mtu, const QpOptions& opts,
                                  std::string* error);
   std::string name() const;
+  // Port 1's active MTU in bytes (the UD MTU, docs/protocol.md §13.3); 0 on error.
+  uint32_t active_mtu_bytes();
   int gid_index() const { return gid_index_; }
   // Every GID of port 1 that carries an IP address (IPv4-mapped or not).
   std::vector<proto::IpAddr> gid_addresses();
@@ -83,6 +93,8 @@ class Dut {
 
  private:
   Dut() = default;
+  std::unique_ptr<DutQp> ud_ready(std::unique_ptr<DutQp> q, const proto::IpAddr& peer, const QpOptions& o,
+                                  std::string* error);
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
   ibv_mr* mr_ = nullptr;
