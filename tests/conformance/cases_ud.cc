@@ -68,6 +68,33 @@ const Rx& dut_datagram(Ctx& ctx, Conn& c, const std::string& what) {
   return ctx.expect(c, what, [](const Rx& r) { return is_op(r, Opcode::kUdSend) || is_op(r, Opcode::kUdSendImm); });
 }
 
+// A multicast group of the run's family and its Ethernet address
+// (RFC 1112: 01:00:5e + low 23 bits; RFC 2464: 33:33 + low 32 bits).
+struct Group {
+  proto::IpAddr ip;
+  proto::MacAddr mac;
+};
+Group group(Ctx& ctx, uint8_t n) {
+  Group g;
+  if (ctx.setup().ipv6) {
+    g.ip.bytes = {0xff, 0x05, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0, n};
+    g.mac = {0x33, 0x33, 0x00, 0x01, 0x00, n};
+  } else {
+    g.ip = proto::IpAddr::v4(0xEF010200u | n);  // 239.1.2.n
+    g.mac = {0x01, 0x00, 0x5e, 0x01, 0x02, n};
+  }
+  return g;
+}
+// A datagram from the tester to group g (dest_qpn 0xFFFFFF).
+Frame mcast_frame(Ctx& ctx, Conn& c, const Group& g, std::span<const uint8_t> data) {
+  proto::Packet p = ud_pkt(ctx, c, data);
+  p.mbth.dest_qpn = 0xFFFFFF;
+  proto::FrameHeaders h = ctx.headers();
+  h.dst_ip = g.ip;
+  h.dst_mac = g.mac;
+  return ctx.frame(p, &h);
+}
+
 }  // namespace
 
 CONFORM_CASE(ud_sender_one_packet, Level::kMust, ({"R13.1-1", "R13.1-3", "R13.2-1", "R13.3-2"}),
@@ -234,6 +261,50 @@ CONFORM_CASE(ud_wrong_service_dropped, Level::kMust, ({"R13.5-4"}),
   const Rx& m = ctx.marker(r);
   ctx.need(m.p().ack.cum_psn == p.mbth.psn, "the RC QP took the datagram's PSN", &m);
   if (r.qp->recv_wc(0.5)) ctx.fail("the RC QP completed a receive for a datagram", "none");
+}
+
+CONFORM_CASE(ud_multicast_delivered_to_members, Level::kMust, ({"R13.7-1"}),
+             "a multicast datagram reaches every attached QP; one for a group nobody joined is dropped") {
+  Conn& a = ud_connect(ctx);
+  Conn& b = ud_connect(ctx);
+  Group g = group(ctx, 7), other = group(ctx, 8);
+  ctx.need(a.qp->attach_mcast(g.ip) == 0 && b.qp->attach_mcast(g.ip) == 0, "ibv_attach_mcast refused");
+  ctx.need(a.qp->post_recv(1, kRecvOff, 256) == 0 && b.qp->post_recv(2, kRecvOff + 256, 256) == 0,
+           "the DUT refused a receive");
+  auto d = pattern(24, 0x4e);
+  ctx.send(mcast_frame(ctx, a, other, d), "to a group no QP joined");
+  ctx.send(mcast_frame(ctx, a, g, d), "to the group");
+  for (Conn* c : {&a, &b}) {
+    ibv_wc wc = recv_completion(ctx, *c, "the group datagram's receive on each member");
+    need_status(ctx, wc, IBV_WC_SUCCESS, "multicast datagram");
+    ctx.need(wc.byte_len == proto::kGrhLen + 24, "byte_len " + std::to_string(wc.byte_len));
+    if (c->qp->recv_wc(0.2)) ctx.fail("a member got two datagrams (the unjoined group's was delivered)", "one");
+  }
+  ctx.need(std::memcmp(ctx.mem(kRecvOff + proto::kGrhLen), d.data(), 24) == 0 &&
+               std::memcmp(ctx.mem(kRecvOff + 256 + proto::kGrhLen), d.data(), 24) == 0,
+           "a member's copy was not placed");
+}
+
+CONFORM_CASE(ud_multicast_looped_back, Level::kMust, ({"R13.7-2"}),
+             "a datagram a DUT QP sends to a group reaches the DUT's own QPs attached to it") {
+  Conn& member = ud_connect(ctx);
+  Conn& sender = ud_connect(ctx);
+  Group g = group(ctx, 9);
+  ctx.need(member.qp->attach_mcast(g.ip) == 0, "ibv_attach_mcast refused");
+  ctx.need(member.qp->post_recv(1, kRecvOff, 256) == 0, "the DUT refused a receive");
+  ibv_destroy_ah(sender.qp->ah);
+  sender.qp->ah = ctx.dut().create_ah(g.ip);
+  ctx.need(sender.qp->ah != nullptr, "ibv_create_ah for the group refused");
+  sender.qp->ud_qpn = 0xFFFFFF;
+  sender.qp->ud_qkey = kQkey;
+  auto d = pattern(24, 0x3a);
+  std::memcpy(ctx.mem(0), d.data(), 24);
+  ctx.need(sender.qp->post_send(IBV_WR_SEND, 5, 0, 24) == 0, "post a UD SEND to the group");
+  need_status(ctx, send_completion(ctx, sender, "the group send's completion"), IBV_WC_SUCCESS, "group send");
+  ibv_wc wc = recv_completion(ctx, member, "the member's receive of its own host's datagram");
+  need_status(ctx, wc, IBV_WC_SUCCESS, "looped-back datagram");
+  ctx.need(wc.src_qp == sender.dut_qpn(), "src_qp is not the sending DUT QP");
+  ctx.need(std::memcmp(ctx.mem(kRecvOff + proto::kGrhLen), d.data(), 24) == 0, "the looped-back copy not placed");
 }
 
 }  // namespace metaroce::conform::cases

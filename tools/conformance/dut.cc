@@ -56,6 +56,12 @@ int DutQp::post_send(ibv_wr_opcode op, uint64_t wr_id, uint64_t off, uint32_t le
   return ibv_post_send(qp_, &wr, &bad);
 }
 
+int DutQp::attach_mcast(const proto::IpAddr& group) {
+  ibv_gid gid{};
+  std::memcpy(gid.raw, group.bytes.data(), 16);
+  return ibv_attach_mcast(qp_, &gid, 0);
+}
+
 int DutQp::post_recv(uint64_t wr_id, uint64_t off, uint32_t len) {
   ibv_sge sge{reinterpret_cast<uint64_t>(mem + off), len, lkey};
   ibv_recv_wr wr{}, *bad = nullptr;
@@ -131,6 +137,16 @@ std::vector<proto::IpAddr> Dut::gid_addresses() {
   return v;
 }
 
+ibv_ah* Dut::create_ah(const proto::IpAddr& dest) {
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.port_num = 1;
+  std::memcpy(ah.grh.dgid.raw, dest.bytes.data(), 16);
+  ah.grh.sgid_index = static_cast<uint8_t>(gid_index_);
+  ah.grh.hop_limit = 64;
+  return ibv_create_ah(pd_, &ah);
+}
+
 uint32_t Dut::active_mtu_bytes() {
   ibv_port_attr port{};
   if (ibv_query_port(ctx_, 1, &port)) return 0;
@@ -154,13 +170,7 @@ std::unique_ptr<DutQp> Dut::ud_ready(std::unique_ptr<DutQp> q, const proto::IpAd
   a.sq_psn = o.sq_psn;
   if (!err && !o.stop_at_rtr) err = q->modify(&a, IBV_QP_STATE | IBV_QP_SQ_PSN);
   if (err) return *error = std::string("modify UD QP: ") + std::strerror(err), nullptr;
-  ibv_ah_attr ah{};
-  ah.is_global = 1;
-  ah.port_num = 1;
-  std::memcpy(ah.grh.dgid.raw, peer.bytes.data(), 16);
-  ah.grh.sgid_index = static_cast<uint8_t>(gid_index_);
-  ah.grh.hop_limit = 64;
-  q->ah = ibv_create_ah(pd_, &ah);
+  q->ah = create_ah(peer);
   if (!q->ah) return *error = std::string("create AH: ") + std::strerror(errno), nullptr;
   q->ud_qpn = o.peer_qpn;
   q->ud_qkey = o.remote_qkey;

@@ -50,6 +50,8 @@ class DutQp {
   std::optional<ibv_wc> send_wc(double seconds = 30) { return poll(scq_, seconds); }
   std::optional<ibv_wc> recv_wc(double seconds = 30) { return poll(rcq_, seconds); }
   int modify(ibv_qp_attr* a, int mask) { return ibv_modify_qp(qp_, a, mask); }
+  // Joins the multicast group `group` (its GID). 0 or the provider's errno.
+  int attach_mcast(const proto::IpAddr& group);
   ibv_qp_state state();
 
   // Bound to the MR for post_*.
@@ -79,6 +81,8 @@ class Dut {
   std::unique_ptr<DutQp> connect(const proto::IpAddr& peer, ibv_mtu mtu, const QpOptions& opts,
                                  std::string* error);
   std::string name() const;
+  // An address handle to `dest` from the selected GID, or nullptr.
+  ibv_ah* create_ah(const proto::IpAddr& dest);
   // Port 1's active MTU in bytes (the UD MTU, docs/protocol.md §13.3); 0 on error.
   uint32_t active_mtu_bytes();
   int gid_index() const { return gid_index_; }
