@@ -128,7 +128,8 @@ CONFORM_CASE(uc_sender_one_path_in_order, Level::kMust, ({"R14.1-1", "R14.1-3", 
     ctx.need(p.mbth.psn == psn++, "UC packets out of PSN order", &r);
     ctx.need(!(p.mbth.flags & (proto::kFlagAckReq | proto::kFlagRetransmit)), "A or R set on UC", &r);
     ctx.need(bool(p.mbth.flags & proto::kFlagLast) == last, "L flag on the wrong packet", &r);
-    ctx.need(i >= 3 || p.payload.size() == (i < 3 ? mtu : 100), "a middle packet not of MTU size", &r);
+    size_t want_len = i < 3 ? mtu : i == 3 ? 100 : 64;
+    ctx.need(p.payload.size() == want_len, "a packet not of the expected size (MTU but the last)", &r);
     uint16_t sp = r.frame.headers.src_port;
     ctx.need(port == 0 || sp == port, "UC packets on more than one UDP source port", &r);
     port = sp;
