@@ -44,7 +44,7 @@ void expect_follow_up(Ctx& ctx, Conn& c, uint64_t id, const std::string& dropped
   ctx.need(wc.wr_id == id && wc.byte_len == 32,
            "a receive completed for the dropped packet (" + dropped + "): wr_id " + std::to_string(wc.wr_id) +
                ", byte_len " + std::to_string(wc.byte_len));
-  ctx.need(std::memcmp(ctx.mem(kRecvOff), d.data(), 32) == 0, "the follow-up SEND was not placed");
+  ctx.need(std::memcmp(ctx.mem(kRecvOff), d.data(), 32) == 0, "the receive does not hold the follow-up SEND (was the dropped one placed?)");
   if (auto extra = c.qp->recv_wc(0.2))
     ctx.fail("an extra receive completion (" + dropped + ")", "none");
 }

@@ -51,7 +51,7 @@ void expect_follow_up(Ctx& ctx, Conn& c, uint64_t id, const std::string& dropped
            "a receive completed for the dropped datagram (" + dropped + "): wr_id " + std::to_string(wc.wr_id) +
                ", byte_len " + std::to_string(wc.byte_len));
   ctx.need(std::memcmp(ctx.mem(kRecvOff + proto::kGrhLen), d.data(), 32) == 0,
-           "the follow-up datagram was not placed after the GRH");
+           "the receive does not hold the follow-up datagram after the GRH (was the dropped one delivered?)");
   if (c.qp->recv_wc(0.2)) ctx.fail("an extra receive completion (" + dropped + ")", "none");
   expect_silence(ctx, c, dropped);
 }
