@@ -244,6 +244,26 @@ CONFORM_CASE(ud_receive_too_small, Level::kMust, ({"R13.5-3"}),
   ctx.need(c.qp->state() == IBV_QPS_RTS, "the UD QP left RTS after a length error");
 }
 
+CONFORM_CASE(ud_receive_bad_lkey, Level::kMust, ({"R13.5-3"}),
+             "a receive with a bad lkey completes with a local protection error; the QP goes on") {
+  Conn& c = ud_connect(ctx);
+  const uint32_t good = c.qp->lkey;
+  c.qp->lkey = good ^ 0x5a00;  // no such MR
+  int err = c.qp->post_recv(1, kRecvOff, kRecvLen);
+  c.qp->lkey = good;
+  ctx.need(err == 0, "the DUT refused a receive with an unknown lkey at post time");
+  auto d = pattern(32, 0x2f);
+  ctx.send(ud_pkt(ctx, c, d));
+  ibv_wc wc = recv_completion(ctx, c, "the bad-lkey receive's completion");
+  ctx.need(wc.wr_id == 1, "not the bad-lkey receive that completed");
+  ctx.need(wc.status == IBV_WC_LOC_PROT_ERR || wc.status == IBV_WC_LOC_ACCESS_ERR,
+           std::string("bad-lkey receive completed with ") + ibv_wc_status_str(wc.status) +
+               ", expected a local protection or access error");
+  post_recv(ctx, c, 2);
+  expect_follow_up(ctx, c, 2, "a datagram whose receive has a bad lkey");
+  ctx.need(c.qp->state() == IBV_QPS_RTS, "the UD QP left RTS after a bad-lkey receive");
+}
+
 CONFORM_CASE(ud_wrong_service_dropped, Level::kMust, ({"R13.5-4"}),
              "a UD opcode to an RC QP and an RC SEND to a UD QP are dropped") {
   Conn& u = ud_connect(ctx);
