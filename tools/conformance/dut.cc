@@ -30,6 +30,7 @@ bool is_zero(const ibv_gid& g) {
 
 DutQp::~DutQp() {
   ibv_destroy_qp(qp_);
+  if (ah) ibv_destroy_ah(ah);
   ibv_destroy_cq(scq_);
   ibv_destroy_cq(rcq_);
 }
@@ -47,10 +48,18 @@ int DutQp::post_send(ibv_wr_opcode op, uint64_t wr_id, uint64_t off, uint32_t le
   wr.imm_data = imm_be;
   if (op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
     wr.wr.atomic = {remote_va, compare_add, swap, rkey};
+  } else if (ah) {
+    wr.wr.ud = {ah, ud_qpn, ud_qkey};
   } else {
     wr.wr.rdma = {remote_va, rkey};
   }
   return ibv_post_send(qp_, &wr, &bad);
+}
+
+int DutQp::attach_mcast(const proto::IpAddr& group) {
+  ibv_gid gid{};
+  std::memcpy(gid.raw, group.bytes.data(), 16);
+  return ibv_attach_mcast(qp_, &gid, 0);
 }
 
 int DutQp::post_recv(uint64_t wr_id, uint64_t off, uint32_t len) {
@@ -128,6 +137,46 @@ std::vector<proto::IpAddr> Dut::gid_addresses() {
   return v;
 }
 
+ibv_ah* Dut::create_ah(const proto::IpAddr& dest) {
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.port_num = 1;
+  std::memcpy(ah.grh.dgid.raw, dest.bytes.data(), 16);
+  ah.grh.sgid_index = static_cast<uint8_t>(gid_index_);
+  ah.grh.hop_limit = 64;
+  return ibv_create_ah(pd_, &ah);
+}
+
+uint32_t Dut::active_mtu_bytes() {
+  ibv_port_attr port{};
+  if (ibv_query_port(ctx_, 1, &port)) return 0;
+  return 128u << port.active_mtu;  // IBV_MTU_256 = 1
+}
+
+// A UD QP through INIT (Q_Key), RTR and RTS, with an address handle to
+// the peer for its sends.
+std::unique_ptr<DutQp> Dut::ud_ready(std::unique_ptr<DutQp> q, const proto::IpAddr& peer,
+                                     const QpOptions& o, std::string* error) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = o.qkey;
+  int err = q->modify(&a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  if (!err) err = q->modify(&a, IBV_QP_STATE);
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = o.sq_psn;
+  if (!err && !o.stop_at_rtr) err = q->modify(&a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+  if (err) return *error = std::string("modify UD QP: ") + std::strerror(err), nullptr;
+  q->ah = create_ah(peer);
+  if (!q->ah) return *error = std::string("create AH: ") + std::strerror(errno), nullptr;
+  q->ud_qpn = o.peer_qpn;
+  q->ud_qkey = o.remote_qkey;
+  return q;
+}
+
 std::unique_ptr<DutQp> Dut::connect(const proto::IpAddr& peer, ibv_mtu mtu, const QpOptions& o,
                                     std::string* error) {
   ibv_cq* scq = ibv_create_cq(ctx_, 256, nullptr, nullptr, 0);
@@ -135,7 +184,7 @@ std::unique_ptr<DutQp> Dut::connect(const proto::IpAddr& peer, ibv_mtu mtu, cons
   ibv_qp_init_attr init{};
   init.send_cq = scq;
   init.recv_cq = rcq;
-  init.qp_type = IBV_QPT_RC;
+  init.qp_type = o.type;
   init.cap = {o.max_send_wr, o.max_recv_wr, 1, 1, 0};
   ibv_qp* qp = scq && rcq ? ibv_create_qp(pd_, &init) : nullptr;
   if (!qp) {
@@ -151,7 +200,9 @@ std::unique_ptr<DutQp> Dut::connect(const proto::IpAddr& peer, ibv_mtu mtu, cons
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   a.qp_access_flags = kAllAccess & ~IBV_ACCESS_LOCAL_WRITE;
+  if (o.type == IBV_QPT_UD) return ud_ready(std::move(q), peer, o, error);
   int err = q->modify(&a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  const bool rc = o.type == IBV_QPT_RC;
   a = {};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = mtu;
@@ -166,7 +217,7 @@ std::unique_ptr<DutQp> Dut::connect(const proto::IpAddr& peer, ibv_mtu mtu, cons
   a.ah_attr.grh.hop_limit = 64;
   if (!err)
     err = q->modify(&a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+                            (rc ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0));
   if (!err && !o.stop_at_rtr) {
     a = {};
     a.qp_state = IBV_QPS_RTS;
@@ -175,8 +226,9 @@ std::unique_ptr<DutQp> Dut::connect(const proto::IpAddr& peer, ibv_mtu mtu, cons
     a.rnr_retry = o.rnr_retry;
     a.sq_psn = o.sq_psn;
     a.max_rd_atomic = o.max_rd_atomic;
-    err = q->modify(&a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                            IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+    err = q->modify(&a, rc ? IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC
+                           : IBV_QP_STATE | IBV_QP_SQ_PSN);
   }
   if (err) return *error = std::string("modify QP: ") + std::strerror(err), nullptr;
   return q;

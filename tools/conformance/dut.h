@@ -27,6 +27,11 @@ struct QpOptions {
   uint8_t max_rd_atomic = 4, max_dest_rd_atomic = 4;
   bool stop_at_rtr = false;   // leave the QP in RTR (receive only)
   uint32_t max_send_wr = 64, max_recv_wr = 64;
+  // IBV_QPT_UC: connected without ACKs (no RC-only attributes);
+  // IBV_QPT_UD: the QP's Q_Key is `qkey`, its sends go through an address
+  // handle to (peer, peer_qpn) with remote Q_Key `remote_qkey`.
+  ibv_qp_type type = IBV_QPT_RC;
+  uint32_t qkey = 0x1234567, remote_qkey = 0x7654321;
 };
 
 class DutQp {
@@ -45,11 +50,16 @@ class DutQp {
   std::optional<ibv_wc> send_wc(double seconds = 30) { return poll(scq_, seconds); }
   std::optional<ibv_wc> recv_wc(double seconds = 30) { return poll(rcq_, seconds); }
   int modify(ibv_qp_attr* a, int mask) { return ibv_modify_qp(qp_, a, mask); }
+  // Joins the multicast group `group` (its GID). 0 or the provider's errno.
+  int attach_mcast(const proto::IpAddr& group);
   ibv_qp_state state();
 
   // Bound to the MR for post_*.
   uint8_t* mem = nullptr;
   uint32_t lkey = 0;
+  // UD: the address handle, QPN and Q_Key post_send sends to.
+  ibv_ah* ah = nullptr;
+  uint32_t ud_qpn = 0, ud_qkey = 0;
 
  private:
   std::optional<ibv_wc> poll(ibv_cq* cq, double seconds);
@@ -71,6 +81,10 @@ class Dut {
   std::unique_ptr<DutQp> connect(const proto::IpAddr& peer, ibv_mtu mtu, const QpOptions& opts,
                                  std::string* error);
   std::string name() const;
+  // An address handle to `dest` from the selected GID, or nullptr.
+  ibv_ah* create_ah(const proto::IpAddr& dest);
+  // Port 1's active MTU in bytes (the UD MTU, docs/protocol.md §13.3); 0 on error.
+  uint32_t active_mtu_bytes();
   int gid_index() const { return gid_index_; }
   // Every GID of port 1 that carries an IP address (IPv4-mapped or not).
   std::vector<proto::IpAddr> gid_addresses();
@@ -83,6 +97,8 @@ class Dut {
 
  private:
   Dut() = default;
+  std::unique_ptr<DutQp> ud_ready(std::unique_ptr<DutQp> q, const proto::IpAddr& peer, const QpOptions& o,
+                                  std::string* error);
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
   ibv_mr* mr_ = nullptr;
