@@ -17,6 +17,9 @@ PRELOAD=$(find_file kmod-shim/launcher/libmetaroce-preload.so) || { echo "interp
 export METAROCE_PRELOAD=$PRELOAD
 LAUNCHER=$top/kmod-shim/launcher/metaroce-run
 source "$top/tests/lib/netns.sh"
+# UCT-level tests (-x/-d) send the client's device name to the server, so
+# both namespaces publish the same name (their sysfs trees are separate).
+MROCE_DEV_B=$MROCE_DEV_A
 if [ "$(id -u)" != 0 ] || ! command -v ucx_perftest >/dev/null; then
   echo "SKIP: needs root and ucx-utils (tools/setup installs it)"; E2E_SKIPPED=1; e2e_finish; exit 0
 fi
@@ -63,6 +66,30 @@ perftest() {  # name tls(or "default") transport-pattern test size iters
   [ $((after - before)) -gt $((size * iters)) ] || e2e_fail "$name: the daemons sent only $((after - before)) bytes"
 }
 
+# A UCT-level test on rc_verbs (the device's own atomics: UCP's AMO needs
+# and/or/xor/swap too, so over verbs UCP emulates atomics with active
+# messages, "amo_am"); same checks of completion and bytes sent.
+uct_test() {  # test iters
+  local name=uct_rc_verbs_$1 test=$1 iters=$2 spid rc=0 src=0 before after dev=$MROCE_DEV_A:1
+  local log_s=$E2E_RUN_DIR/$name.server.log log_c=$E2E_RUN_DIR/$name.client.log
+  PORT=$((PORT + 1))
+  before=$(( $(tx_bytes a) + $(tx_bytes b) ))
+  ucx_in a ucx_perftest -p $PORT -x rc_verbs -d "$dev" >"$log_s" 2>&1 &
+  spid=$!; e2e_track_pid "$spid"
+  wait_for 60 tcp_listening "$MROCE_NS_A" "$PORT" || e2e_fail "$name: server never listened on $PORT"
+  ucx_in b ucx_perftest -p $PORT -x rc_verbs -d "$dev" -t "$test" -n "$iters" "$MROCE_IP_A" >"$log_c" 2>&1 || rc=$?
+  wait "$spid" || src=$?
+  after=$(( $(tx_bytes a) + $(tx_bytes b) ))
+  echo "== server"; grep -v "failed to get boot id" "$log_s"; echo "== client"; grep -v "failed to get boot id" "$log_c"
+  [ $rc = 0 ] && [ $src = 0 ] || { daemon_stats; e2e_fail "$name: client exit $rc, server exit $src"; }
+  grep -q "^Final:" "$log_c" || e2e_fail "$name: no final figure"
+  echo "FIGURE: $name $(grep '^Final:' "$log_c")"
+  [ $((after - before)) -gt $((8 * iters)) ] || e2e_fail "$name: the daemons sent only $((after - before)) bytes"
+}
+t_uct_add() { uct_test add_lat 1000; }
+t_uct_fadd() { uct_test fadd 1000; }
+t_uct_cswap() { uct_test cswap 1000; }
+
 t_ucx_info() {
   local out=$E2E_RUN_DIR/ucx_info.log
   ucx_in a ucx_info -d >"$out" 2>&1 || e2e_fail "ucx_info -d failed"
@@ -81,7 +108,7 @@ t_ucx_info() {
 # One case per (UCX_TLS, test): a function named after both, as e2e_case runs.
 cases() {  # tls transport-pattern
   local tls=$1 want=$2 n=${1//_/} spec t size iters
-  for spec in tag_bw:65536:200 tag_lat:8:1000 ucp_put_bw:65536:200 ucp_get:4096:200 ucp_add:8:1000; do
+  for spec in tag_bw:1048576:50 tag_lat:8:1000 ucp_put_bw:65536:200 ucp_get:4096:200 ucp_add:8:1000; do
     IFS=: read -r t size iters <<<"$spec"
     eval "t_${n}_$t() { perftest ${n}_$t $tls '$want' $t $size $iters; }"
     e2e_case "${n}_$t" "t_${n}_$t"
@@ -91,4 +118,7 @@ e2e_case ucx_info_lists_metaroce t_ucx_info
 cases ud_v ud_verbs
 cases rc_v rc_verbs
 cases default '[a-z]+_verbs'
+e2e_case uct_rc_verbs_atomic_add t_uct_add
+e2e_case uct_rc_verbs_atomic_fadd t_uct_fadd
+e2e_case uct_rc_verbs_atomic_cswap t_uct_cswap
 e2e_finish
