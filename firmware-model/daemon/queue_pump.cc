@@ -260,6 +260,7 @@ bool QueuePump::complete(uint32_t cqn, const fw::Completion& wc) {
 
 // Called by the backend once the data of these completions has landed.
 void QueuePump::publish() {
+  if (!dirty_cqs_.empty()) store_srq_consumers();
   for (uint32_t cqn : dirty_cqs_) {
     auto it = cqs_.find(cqn);
     if (it == cqs_.end()) continue;

@@ -101,6 +101,8 @@ class QueuePump final : public hw::EventSink {
   int poll_srqs();
   int drain_srq(uint32_t srqn, SrqState& s);
   int read_srq(uint32_t srqn, SrqState& s);
+  void store_srq_consumer(uint32_t srqn, SrqState& s);
+  void store_srq_consumers();
   bool srq_has_work(const SrqState& s) const;
   void srq_async_event(fw::EventType type, uint32_t srqn);
 

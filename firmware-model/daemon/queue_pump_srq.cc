@@ -52,13 +52,24 @@ int QueuePump::poll_srqs() {
 int QueuePump::drain_srq(uint32_t srqn, SrqState& s) {
   if (s.broken) return 0;
   int n = read_srq(srqn, s);
+  store_srq_consumer(srqn, s);
+  return n;
+}
+
+void QueuePump::store_srq_consumer(uint32_t srqn, SrqState& s) {
   uint32_t taken = 0;
   if (!s.broken && backend_->query_srq(s.owner, srqn, nullptr, &taken) == 0 &&
       taken + s.refused != s.freed) {
     s.freed = taken + s.refused;
     s.ring.store_consumer(s.freed);
   }
-  return n;
+}
+
+// Before completions become visible: a receive's CQE means its slot is free
+// (as on a NIC, the WQE is consumed before it completes). An application
+// that reposts on each completion (UCX) otherwise finds the ring full.
+void QueuePump::store_srq_consumers() {
+  for (auto& [srqn, s] : srqs_) store_srq_consumer(srqn, s);
 }
 
 int QueuePump::read_srq(uint32_t srqn, SrqState& s) {

@@ -131,6 +131,15 @@ WcStatus place(Core& c, Qp& qp, const RecvWqe& r, const proto::Frame& f) {
   return WcStatus::kSuccess;
 }
 
+// What a RoCE v2 NIC reports in a UD completion's `sl` (there are no IB
+// service levels on Ethernet): the received frame's network header type,
+// bit 3 "has a UDP header" and bits 2:0 the L3 type, 1 IPv6, 2 IPv4, as
+// mlx5 fills it (Annex A17.4.5.1; UCX reads it to find the GRH's DGID).
+uint8_t roce_packet_type(const proto::FrameHeaders& h) {
+  constexpr uint8_t kUdp = 0x8, kIpv6 = 0x1, kIpv4 = 0x2;
+  return kUdp | (h.src_ip.is_v4() ? kIpv4 : kIpv6);
+}
+
 void deliver(Core& c, Qp& qp, const proto::Frame& f) {
   const proto::Packet& p = f.packet;
   RecvWqe& r = qp.rqe(qp.rq_head++);
@@ -146,6 +155,7 @@ void deliver(Core& c, Qp& qp, const proto::Frame& f) {
     wc.imm = imm ? p.imm : 0;
     wc.wc_flags = kWcGrh | (imm ? uint32_t{kWcWithImm} : 0u);
     wc.pkey_index = qp.attr.pkey_index;
+    wc.sl = roce_packet_type(f.headers);
     c.bump(&qp, &Counters::ud_rx_delivered);
   }
   c.complete(qp, qp.init.recv_cqn, wc);

@@ -116,6 +116,7 @@ TEST_CASE("datagram__send_delivers_grh_then_payload_with_src_qp_and_imm") {
   CHECK(rc[0].src_qp == u.t.a.qpn);
   CHECK(rc[0].imm == 0xCAFE);
   CHECK(rc[0].wc_flags == (kWcGrh | kWcWithImm));
+  CHECK(rc[0].sl == 0xA);  // RoCE packet type: UDP (bit 3) over IPv4 (2)
   // GRH: IPv4 as RoCE v2 puts it, 20 zero bytes then the IP header.
   const uint8_t* g = u.t.b.mem.data() + 4096;
   CHECK(std::vector<uint8_t>(g, g + 20) == std::vector<uint8_t>(20, 0));

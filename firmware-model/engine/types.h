@@ -159,7 +159,8 @@ struct Completion {  // mirrors struct ibv_wc's fields the engine fills
   uint32_t qp_num = 0;
   uint32_t src_qp = 0;
   uint32_t wc_flags = 0;  // kWcWithImm, kWcGrh
-  // UD receives: RoCE has no LIDs or service levels; what IB fills.
+  // UD receives: RoCE has no LIDs or service levels; `sl` carries the
+  // RoCE packet type instead (datagram.cc, docs/protocol.md §13.5).
   uint16_t slid = 0;
   uint8_t sl = 0;
   uint8_t dlid_path_bits = 0;

@@ -170,9 +170,11 @@ CONFORM_CASE(ud_grh_and_completion, Level::kMust, ({"R13.5-1"}),
   ctx.need((wc.wc_flags & IBV_WC_GRH) && (wc.wc_flags & IBV_WC_WITH_IMM), "IBV_WC_GRH or WITH_IMM missing");
   ctx.need(wc.src_qp == c.peer_qpn, "src_qp is not the DETH's source QPN");
   ctx.need(ntohl(wc.imm_data) == 0x01020304, "wrong immediate");
-  ctx.need(wc.pkey_index == 0 && wc.slid == 0 && wc.sl == 0 && wc.dlid_path_bits == 0, "pkey/slid/sl not 0");
+  ctx.need(wc.pkey_index == 0 && wc.slid == 0 && wc.dlid_path_bits == 0, "pkey/slid/dlid_path_bits not 0");
   Frame grh(proto::kGrhLen, 0);
   Layout l(ctx);
+  // sl: the RoCE packet type, UDP (bit 3) and IPv4 (2) or IPv6 (1) (§13.5).
+  ctx.need(wc.sl == (l.v4 ? 0xA : 0x9), "sl is not the RoCE packet type: " + std::to_string(wc.sl));
   if (l.v4) {
     std::copy(f.begin() + l.ip, f.begin() + l.ip + proto::kIpv4Len, grh.begin() + 20);
   } else {
