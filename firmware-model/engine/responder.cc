@@ -527,7 +527,7 @@ void on_request(Core& c, Qp& qp, const proto::Frame& f) {
 }
 
 void drop_held(Qp& qp) {
-  for (HeldRequest& h : qp.held) h.used = false;
+  qp.held = {};  // every slot unused again, and its memory freed
   qp.held_count = 0;
 }
 
