@@ -26,6 +26,9 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --bytes B            per pair (alltoall, incast, permutation) or per rank (allreduce)
                        (alltoall 64 KiB, allreduce 16 MiB, others 1 MiB)
   --qps K              QPs per pair (alltoall)                 (1)
+  --shared-qp on|off   alltoall: one QP per pair for both directions (off: one per direction)
+  --send-depth N       MetaRoCE send WQE slots per QP           (8)
+  --recv-depth N       MetaRoCE receive WQE slots per QP        (16)
   --channels C         rings (allreduce-ring)                  (4)
   --slices S           pipelined pieces per chunk              (4)
   --senders N          incast senders, 0 = all                 (0)
@@ -91,6 +94,13 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
       {"delay-ns", [&] { s.topo.link_delay_ns = static_cast<int64_t>(to_u64(v, k)); }},
       {"bytes", [&] { s.work.bytes = to_u64(v, k); }},
       {"qps", [&] { s.work.qps_per_pair = static_cast<uint32_t>(to_u64(v, k)); }},
+      {"shared-qp",
+       [&] {
+         if (v != "on" && v != "off") die("--shared-qp is on or off");
+         s.work.shared_qp = v == "on";
+       }},
+      {"send-depth", [&] { s.send_depth = static_cast<uint32_t>(to_u64(v, k)); }},
+      {"recv-depth", [&] { s.recv_depth = static_cast<uint32_t>(to_u64(v, k)); }},
       {"channels", [&] { s.work.channels = static_cast<uint32_t>(to_u64(v, k)); }},
       {"slices", [&] { s.work.slices = static_cast<uint32_t>(to_u64(v, k)); }},
       {"senders", [&] { s.work.incast_senders = static_cast<uint32_t>(to_u64(v, k)); }},
@@ -203,6 +213,7 @@ int main(int argc, char** argv) {
             << ", " << r.completion_us << " us, " << r.ratio << "x ideal (" << r.ideal_us
             << " us), p99 slowdown " << r.slowdown.p99 << ", drops " << r.drops << ", retransmits "
             << r.nic.retransmits << ", pfc pause frames " << r.pfc_pause_frames << ", wall "
-            << r.wall_s << " s, " << r.events << " events\n";
+            << r.wall_s << " s (setup " << r.setup_s << " s), " << r.events << " events, "
+            << r.run_events_per_s << " events/s simulating, peak RSS " << r.peak_rss_mb << " MB\n";
   return r.completed && r.verify_error.empty() ? 0 : 1;
 }

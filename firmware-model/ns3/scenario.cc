@@ -153,6 +153,8 @@ std::unique_ptr<Nic> make_nic(const Scenario& s, uint32_t h, Fabric& f, uint64_t
     c.engine.caps.max_qp = 1 << 16;
     c.path_mtu = s.mtu;
     c.tx_room_bytes = s.tx_room_bytes;
+    c.send_depth = s.send_depth;
+    c.recv_depth = s.recv_depth;
     if (s.sw.trim) c.engine.trimmed_dscp = kTrimmedDscp;
     return std::make_unique<EngineNic>(h, f.host_device(h), mem, c, seed, handler);
   }
@@ -208,6 +210,9 @@ std::string check(const Scenario& s) {
   if (s.fail_at_ns < 0) return "fail-at must not be negative";
   if (s.max_sim_ns <= 0) return "max-sim must be positive";
   if (s.work.qps_per_pair > 64) return "at most 64 QPs per pair";
+  if (s.send_depth == 0 || s.send_depth > 4096 || s.recv_depth == 0 || s.recv_depth > 4096) {
+    return "send and receive depth must be 1..4096";
+  }
   if (s.transport == "metaroce" && !fw::make_congestion_control(s.congestion, {})) {
     return "the engine has no congestion control '" + s.congestion +
            "' (docs/congestion.md lists them)";
@@ -247,7 +252,10 @@ RunResult run(const Scenario& s) {
   ns3::Simulator::Schedule(ns3::NanoSeconds(t0), &sample, fabric.get(), &r.samples, period,
                            work.get());
   ns3::Simulator::Stop(ns3::NanoSeconds(s.max_sim_ns));
+  const auto run0 = std::chrono::steady_clock::now();
+  r.setup_s = std::chrono::duration<double>(run0 - wall0).count();
   ns3::Simulator::Run();
+  r.run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - run0).count();
   r.ran = true;
 
   const int64_t end = ns3::Simulator::Now().GetNanoSeconds();
@@ -266,6 +274,7 @@ RunResult run(const Scenario& s) {
   r.events = ns3::Simulator::GetEventCount();
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   r.events_per_s = r.events / std::max(r.wall_s, 1e-9);
+  r.run_events_per_s = r.events / std::max(r.run_s, 1e-9);
   r.peak_rss_mb = peak_rss_mb();
   ns3::Simulator::Destroy();
   return r;
@@ -297,6 +306,8 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
     << ",\n  \"oversubscription\": " << s.topo.oversubscription
     << ",\n  \"bytes\": " << s.work.bytes << ",\n  \"num_paths\": " << s.num_paths
     << ",\n  \"congestion\": " << quote(s.congestion) << ",\n  \"tx_room_bytes\": " << s.tx_room_bytes
+    << ",\n  \"shared_qp\": " << (s.work.shared_qp ? "true" : "false")
+    << ",\n  \"send_depth\": " << s.send_depth << ",\n  \"recv_depth\": " << s.recv_depth
     << ",\n  \"seed\": " << s.seed
     << ",\n  \"completed\": " << (r.completed ? "true" : "false")
     << ",\n  \"error\": " << quote(r.error)
@@ -327,7 +338,9 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
       << ", \"pfc_paused_us\": " << t.pfc_paused_us << "}";
   }
   o << "\n  ],\n  \"sim_us\": " << r.sim_us << ",\n  \"wall_s\": " << r.wall_s
+    << ",\n  \"setup_s\": " << r.setup_s << ",\n  \"run_s\": " << r.run_s
     << ",\n  \"events\": " << r.events << ",\n  \"events_per_s\": " << r.events_per_s
+    << ",\n  \"run_events_per_s\": " << r.run_events_per_s
     << ",\n  \"peak_rss_mb\": " << r.peak_rss_mb << "\n}\n";
 }
 

@@ -74,8 +74,9 @@ std::vector<uint8_t> reduced_pattern(uint32_t ranks, uint64_t size, uint64_t see
 
 void Workload::mark_start() { start_ns_ = now_ns(); }
 
-std::pair<uint32_t, uint32_t> Workload::connect(uint32_t a, uint32_t b) {
-  const uint32_t ca = nics_[a]->open(b), cb = nics_[b]->open(a);
+std::pair<uint32_t, uint32_t> Workload::connect(uint32_t a, uint32_t b, bool both_ways) {
+  const uint32_t ca = nics_[a]->open(b, both_ways ? ConnUse::kBoth : ConnUse::kSend);
+  const uint32_t cb = nics_[b]->open(a, both_ways ? ConnUse::kBoth : ConnUse::kRecv);
   nics_[a]->connect(ca, nics_[b]->local_addr(cb));
   nics_[b]->connect(cb, nics_[a]->local_addr(ca));
   return {ca, cb};
@@ -218,7 +219,7 @@ class HalvingDoubling final : public Workload {
       const uint32_t d = n_ >> (k + 1);
       for (uint32_t r = 0; r < n_; ++r) {
         if (r & d) continue;
-        auto [a, b] = connect(r, r ^ d);
+        auto [a, b] = connect(r, r ^ d, true);
         conn_[r][k] = a;
         conn_[r ^ d][k] = b;
       }
@@ -338,11 +339,16 @@ class PointToPoint final : public Workload {
   void setup(std::vector<Nic*> nics) override {
     nics_ = std::move(nics);
     // One QP (per k) for each direction of each pair, as NCCL's p2p
-    // connections are: a send connection and a receive connection per peer.
-    for (auto& [s, d] : pairs_) {
-      std::vector<uint32_t> cs;
-      for (uint32_t k = 0; k < cfg_.qps_per_pair; ++k) cs.push_back(connect(s, d).first);
-      conns_.push_back(cs);
+    // connections are: a send connection and a receive connection per peer;
+    // with shared_qp one QP per pair (per k) carries both directions.
+    if (cfg_.shared_qp) {
+      connect_shared();
+    } else {
+      for (auto& [s, d] : pairs_) {
+        std::vector<uint32_t> cs;
+        for (uint32_t k = 0; k < cfg_.qps_per_pair; ++k) cs.push_back(connect(s, d).first);
+        conns_.push_back(cs);
+      }
     }
     for (uint32_t h = 0; h < n_; ++h) {
       fill_pattern(nics_[h]->memory().at(HostMemory::kBase, b_), h, 0, cfg_.seed);
@@ -391,6 +397,24 @@ class PointToPoint final : public Workload {
     return 1;
   }
   uint64_t slot(uint32_t s, uint32_t) const { return cfg_.kind == "permutation" ? 0 : s; }
+  // All-to-all over one QP per pair (per k): pair (s, d) sends on the
+  // lower host's end when s < d, on the other end otherwise.
+  void connect_shared() {
+    std::vector<std::vector<uint32_t>> lo(n_ * uint64_t{n_}), hi(lo.size());
+    for (uint32_t a = 0; a < n_; ++a) {
+      for (uint32_t b = a + 1; b < n_; ++b) {
+        for (uint32_t k = 0; k < cfg_.qps_per_pair; ++k) {
+          auto [ca, cb] = connect(a, b, true);
+          lo[uint64_t{a} * n_ + b].push_back(ca);
+          hi[uint64_t{a} * n_ + b].push_back(cb);
+        }
+      }
+    }
+    for (auto& [s, d] : pairs_) {
+      const uint64_t key = uint64_t{std::min(s, d)} * n_ + std::max(s, d);
+      conns_.push_back(std::move(s < d ? lo[key] : hi[key]));
+    }
+  }
   void on_arrival(const Flow&) override {}
 
   uint32_t n_;
@@ -418,6 +442,7 @@ std::string check(const WorkloadConfig& w) {
     return "halving-doubling needs a power-of-two host count";
   }
   if (w.qps_per_pair == 0) return "qps per pair must be >= 1";
+  if (w.shared_qp && k != "alltoall") return "a shared QP per pair is for alltoall";
   if (k == "incast" && w.incast_senders >= w.hosts) return "incast senders must be < hosts";
   return "";
 }

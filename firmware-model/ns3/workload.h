@@ -32,6 +32,7 @@ struct WorkloadConfig {
   uint32_t channels = 4;        // ring allreduce
   uint32_t slices = 4;          // ring allreduce: pieces per chunk, pipelined
   uint32_t qps_per_pair = 1;    // alltoall
+  bool shared_qp = false;       // alltoall: one QP per pair carries both directions
   uint32_t incast_senders = 0;  // 0 = all other hosts
   uint64_t seed = 1;
 };
@@ -78,8 +79,9 @@ class Workload : public NicHandler {
   // A message of len bytes from local offset to the peer's offset.
   void post(uint32_t src, uint32_t conn, uint64_t off, uint64_t remote_off, uint32_t len,
             uint32_t tag);
-  // QP pairs between a and b; returns (conn at a, conn at b).
-  std::pair<uint32_t, uint32_t> connect(uint32_t a, uint32_t b);
+  // QP pairs between a and b; returns (conn at a, conn at b). One-way
+  // (a sends, b receives) unless both_ways.
+  std::pair<uint32_t, uint32_t> connect(uint32_t a, uint32_t b, bool both_ways = false);
   virtual void on_arrival(const Flow& f) = 0;
   void expect(uint64_t n) { remaining_ += n; }
   void mark_start();

@@ -95,7 +95,7 @@ TEST_CASE("roce_nic__malformed_and_unknown_frames_are_counted_drops") {
   auto a = ns3::CreateObject<ns3::Node>(), b = ns3::CreateObject<ns3::Node>();
   auto [da, db] = fab::make_link(a, b, 100'000'000'000, 1000);
   fab::RoceNic nic(0, da, 1 << 16, fab::RoceConfig{}, &sink);
-  const uint32_t conn = nic.open(1);
+  const uint32_t conn = nic.open(1, fab::ConnUse::kBoth);
   nic.connect(conn, {1, 0x100, 1});
   std::vector<uint8_t> f(fab::kIpv4UdpHeaders + 12 + 16 + 4 + 64 + 4, 0);
   fab::FlowKey k{fab::host_ip(1), fab::host_ip(0), 0xC000, 4791, 17, 2};
