@@ -26,6 +26,11 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --bytes B            per pair (alltoall, incast, permutation) or per rank (allreduce)
                        (alltoall 64 KiB, allreduce 16 MiB, others 1 MiB)
   --qps K              QPs per pair (alltoall)                 (1)
+  --jobs N             N concurrent jobs of the workload, hosts/N each (1)
+  --placement P        disjoint (consecutive hosts) | interleaved (host h in job h % N)  (disjoint)
+  --background F       background traffic: every host sends to a seeded permutation
+                       partner at F x its link rate until the jobs finish (0)
+  --background-bytes B per background message                  (65536)
   --shared-qp on|off   alltoall: one QP per pair for both directions (off: one per direction)
   --send-depth N       MetaRoCE send WQE slots per QP           (8)
   --recv-depth N       MetaRoCE receive WQE slots per QP        (16)
@@ -99,6 +104,14 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
          if (v != "on" && v != "off") die("--shared-qp is on or off");
          s.work.shared_qp = v == "on";
        }},
+      {"jobs", [&] { s.work.jobs = static_cast<uint32_t>(to_u64(v, k)); }},
+      {"placement",
+       [&] {
+         if (v != "disjoint" && v != "interleaved") die("--placement is disjoint or interleaved");
+         s.work.interleaved = v == "interleaved";
+       }},
+      {"background", [&] { s.work.background = to_f(v, k); }},
+      {"background-bytes", [&] { s.work.background_bytes = to_u64(v, k); }},
       {"send-depth", [&] { s.send_depth = static_cast<uint32_t>(to_u64(v, k)); }},
       {"recv-depth", [&] { s.recv_depth = static_cast<uint32_t>(to_u64(v, k)); }},
       {"channels", [&] { s.work.channels = static_cast<uint32_t>(to_u64(v, k)); }},
@@ -215,5 +228,14 @@ int main(int argc, char** argv) {
             << r.nic.retransmits << ", pfc pause frames " << r.pfc_pause_frames << ", wall "
             << r.wall_s << " s (setup " << r.setup_s << " s), " << r.events << " events, "
             << r.run_events_per_s << " events/s simulating, peak RSS " << r.peak_rss_mb << " MB\n";
+  for (size_t i = 0; i < r.jobs.size(); ++i) {
+    const fab::JobSummary& j = r.jobs[i];
+    std::cout << "  " << (j.kind == "background" ? "background" : "job " + std::to_string(i)) << ": "
+              << j.hosts << " hosts, " << j.messages << " messages, " << j.bytes << " bytes";
+    if (j.kind != "background")
+      std::cout << ", " << j.completion_us << " us, " << j.ratio << "x ideal (" << j.ideal_us
+                << " us)";
+    std::cout << "\n";
+  }
   return r.completed && r.verify_error.empty() ? 0 : 1;
 }

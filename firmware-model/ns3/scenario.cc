@@ -232,7 +232,7 @@ RunResult run(const Scenario& s) {
     ns3::Simulator::Destroy();
     return r;
   }
-  auto work = Workload::make(s.work);
+  auto work = Workload::make(s.work, s.topo.link_bps);
   std::vector<std::unique_ptr<Nic>> nics;
   std::vector<Nic*> raw;
   for (uint32_t h = 0; h < s.topo.hosts; ++h) {
@@ -268,6 +268,7 @@ RunResult run(const Scenario& s) {
   r.ideal_us = ideal / 1e3;
   r.ratio = r.completed ? r.completion_us / r.ideal_us : 0;
   collect_flows(*work, s, r);
+  r.jobs = work->jobs(s.topo);
   collect_switches(*fabric, static_cast<double>(std::max<int64_t>(end, 1)), r);
   collect_nics(nics, r);
   r.drops = r.drops_buffer + r.drops_random_loss + r.drops_link_down;
@@ -306,6 +307,9 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
     << ",\n  \"oversubscription\": " << s.topo.oversubscription
     << ",\n  \"bytes\": " << s.work.bytes << ",\n  \"num_paths\": " << s.num_paths
     << ",\n  \"congestion\": " << quote(s.congestion) << ",\n  \"tx_room_bytes\": " << s.tx_room_bytes
+    << ",\n  \"jobs_placed\": " << s.work.jobs << ",\n  \"interleaved\": "
+    << (s.work.interleaved ? "true" : "false") << ",\n  \"background\": " << s.work.background
+    << ",\n  \"background_bytes\": " << s.work.background_bytes
     << ",\n  \"shared_qp\": " << (s.work.shared_qp ? "true" : "false")
     << ",\n  \"send_depth\": " << s.send_depth << ",\n  \"recv_depth\": " << s.recv_depth
     << ",\n  \"seed\": " << s.seed
@@ -336,6 +340,15 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
       << ", \"avg_queue_bytes\": " << t.avg_queue_bytes << ", \"drops\": " << t.drops
       << ", \"ecn_marked\": " << t.ecn_marked << ", \"pfc_pause_sent\": " << t.pfc_pause_sent
       << ", \"pfc_paused_us\": " << t.pfc_paused_us << "}";
+  }
+  o << "\n  ],\n  \"jobs\": [";
+  for (size_t i = 0; i < r.jobs.size(); ++i) {
+    const JobSummary& j = r.jobs[i];
+    o << (i ? ",\n    " : "\n    ") << "{\"kind\": " << quote(j.kind) << ", \"hosts\": " << j.hosts
+      << ", \"finished\": " << (j.finished ? "true" : "false")
+      << ", \"completion_us\": " << j.completion_us << ", \"ideal_us\": " << j.ideal_us
+      << ", \"ratio_to_ideal\": " << j.ratio << ", \"messages\": " << j.messages
+      << ", \"bytes\": " << j.bytes << "}";
   }
   o << "\n  ],\n  \"sim_us\": " << r.sim_us << ",\n  \"wall_s\": " << r.wall_s
     << ",\n  \"setup_s\": " << r.setup_s << ",\n  \"run_s\": " << r.run_s

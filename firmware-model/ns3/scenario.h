@@ -82,6 +82,7 @@ struct RunResult {
   double run_events_per_s = 0;  // events / run_s
   double sim_us = 0;
   uint64_t peak_rss_mb = 0;
+  std::vector<JobSummary> jobs;  // several jobs and/or background: each one's figures
   std::vector<QueueSample> samples;
   std::vector<Flow> flow_records;
 };
