@@ -231,7 +231,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < r.jobs.size(); ++i) {
     const fab::JobSummary& j = r.jobs[i];
     std::cout << "  " << (j.kind == "background" ? "background" : "job " + std::to_string(i)) << ": "
-              << j.hosts << " hosts, " << j.messages << " messages, " << j.bytes << " bytes";
+              << j.hosts << " hosts, " << j.messages << " of " << j.posted << " messages arrived, "
+              << j.bytes << " bytes";
     if (j.kind != "background")
       std::cout << ", " << j.completion_us << " us, " << j.ratio << "x ideal (" << j.ideal_us
                 << " us)";

@@ -347,7 +347,8 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
     o << (i ? ",\n    " : "\n    ") << "{\"kind\": " << quote(j.kind) << ", \"hosts\": " << j.hosts
       << ", \"finished\": " << (j.finished ? "true" : "false")
       << ", \"completion_us\": " << j.completion_us << ", \"ideal_us\": " << j.ideal_us
-      << ", \"ratio_to_ideal\": " << j.ratio << ", \"messages\": " << j.messages
+      << ", \"ratio_to_ideal\": " << j.ratio << ", \"posted\": " << j.posted
+      << ", \"messages\": " << j.messages
       << ", \"bytes\": " << j.bytes << "}";
   }
   o << "\n  ],\n  \"sim_us\": " << r.sim_us << ",\n  \"wall_s\": " << r.wall_s

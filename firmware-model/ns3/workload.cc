@@ -492,6 +492,7 @@ class Background final : public Workload {
     JobSummary j;
     j.kind = "background";
     j.hosts = n_;
+    j.posted = flows().size();
     for (uint64_t a : arrived_) j.messages += a;
     j.bytes = j.messages * b_;
     return j;
@@ -591,6 +592,7 @@ class MultiJob final : public Workload {
       s.kind = j->config().kind;
       s.hosts = j->config().hosts;
       s.finished = j->finished();
+      s.posted = j->flows().size();
       s.completion_us = s.finished ? (j->finish_ns() - j->start_ns()) / 1e3 : 0;
       s.ideal_us = j->ideal_ns(t) / 1e3;
       s.ratio = s.finished && s.ideal_us > 0 ? s.completion_us / s.ideal_us : 0;

@@ -65,6 +65,7 @@ struct JobSummary {
   uint32_t hosts = 0;
   bool finished = false;
   double completion_us = 0, ideal_us = 0, ratio = 0;
+  uint64_t posted = 0;               // messages posted (background: offered)
   uint64_t messages = 0, bytes = 0;  // delivered
 };
 
