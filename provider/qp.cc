@@ -188,6 +188,9 @@ int build_inline(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce
   for (int i = 0; i < wr->num_sge; i++) {
     const struct ibv_sge &s = wr->sg_list[i];
     if (len + s.length > qp->max_inline) return EINVAL;
+    // An empty entry may carry addr 0 (UCX posts one): memcpy must never
+    // see a null source, even for 0 bytes.
+    if (s.length == 0) continue;
     memcpy(w->u.inline_data + len, reinterpret_cast<const void *>(s.addr), s.length);
     len += s.length;
   }

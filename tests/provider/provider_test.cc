@@ -275,6 +275,26 @@ TEST_CASE("post_send__encodes_each_opcode_multi_sge_inline_imm") {
   CHECK(s[2].rkey == 0x66);
 }
 
+// UCX posts inline sends whose gather list holds an empty entry at address
+// 0: it adds nothing and is never copied from (memcpy from a null source is
+// undefined even for 0 bytes; the ASan/UBSan build aborts on it).
+TEST_CASE("post_send__inline_skips_empty_entries_at_address_zero") {
+  QpFixture f;
+  f.to_rts();
+  char a[8] = "abc";
+  ibv_sge sg[3] = {{0, 0, 0}, {reinterpret_cast<uintptr_t>(a), 3, 0x101}, {0, 0, 0}};
+  ibv_send_wr w{};
+  w.opcode = IBV_WR_SEND;
+  w.sg_list = sg;
+  w.num_sge = 3;
+  w.send_flags = IBV_SEND_INLINE;
+  ibv_send_wr *bad = nullptr;
+  REQUIRE(mroce_post_send(f.qp, &w, &bad) == 0);
+  auto *s = reinterpret_cast<mroce_send_wqe *>(f.fake.sq_ring(0) + 1);
+  CHECK(s[0].inline_len == 3);
+  CHECK(memcmp(s[0].u.inline_data, "abc", 3) == 0);
+}
+
 TEST_CASE("post_send__doorbell_only_when_nic_sleeping") {
   QpFixture f;
   f.to_rts();

@@ -741,6 +741,9 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
             self.references()
         for io in self.a.backends:
             self.backend(io)
+        if not self.a.only_impairments:  # UCX and Open MPI rows (issue 11): tools/benchlib/lib_bench.py
+            import lib_bench
+            lib_bench.run(self, self.a.backends[0])
         self.results["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
         self.results["duration_s"] = round(time.monotonic() - t0, 1)
 
