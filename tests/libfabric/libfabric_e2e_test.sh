@@ -65,6 +65,10 @@ pingpong() {  # NAME PROVIDER ENDPOINT ITERS LAST-SIZE [ENV=VALUE...]
   wait "$spid" || src=$?
   after=$(tx_both)
   echo "== server"; cat "$log_s"; echo "== client"; cat "$log_c"
+  if [ $src != 0 ] && [ "${TEARDOWN_RACE_OK:-0}" = 1 ] && [ $rc = 0 ] && teardown_race "$log_s" "$last" "$iters"; then
+    echo "KNOWN: $name: the server crashed in ofi_rxm's teardown after its last exchange (libfabric 1.17, docs/connection-manager.md 6.4)"
+    src=0
+  fi
   [ $rc = 0 ] && [ $src = 0 ] || { daemon_stats; e2e_fail "$name: client exit $rc, server exit $src"; }
   local f rows payload
   for f in "$log_s" "$log_c"; do
@@ -79,6 +83,16 @@ pingpong() {  # NAME PROVIDER ENDPOINT ITERS LAST-SIZE [ENV=VALUE...]
   echo "FIGURE: $name $(awk '$1 ~ /^[0-9]+[km]?$/ {print $1 ": " $7 " us/xfer " $6 " MB/s"}' "$log_c" | tr '\n' ';')"
   echo "daemon tx_bytes grew by $((after - before)) for $payload bytes of messages"
   [ $((after - before)) -gt "$payload" ] || e2e_fail "$name: the daemons sent only $((after - before)) bytes for $payload"
+}
+
+# ofi_rxm 1.17's teardown race (docs/connection-manager.md 6.4): the
+# server's fi_pingpong dies of SIGSEGV inside libfabric after it printed
+# its last complete row, when the client's disconnect overtakes the ACK of
+# the server's final "fin" send. Only that, and only then, is tolerated.
+teardown_race() {  # SERVER-LOG LAST-SIZE ITERS
+  grep -q "^fi_pingpong:[0-9]* terminated with signal 11 .*Backtrace" "$1" &&
+    grep -q "/libfabric.so.1(+0x[0-9a-f]*)" "$1" &&
+    awk -v s="$2" -v n="$3" '$1 == s && $2 == n && $3 == "=" n {ok = 1} END {exit !ok}' "$1"
 }
 
 # The verbs provider lists metaroce for FI_EP_MSG with its address (the
@@ -105,12 +119,13 @@ t_msg() {
 }
 
 # ofi_rxm sizes its MSG CQ as rx_size x FI_UNIVERSE_SIZE + tx_size x
-# FI_UNIVERSE_SIZE (default 256 peers): more than metaroce's max_cqe
-# (65536), so ibv_create_cq fails EINVAL, as on any device with that limit
-# (docs/connection-manager.md). Two peers here: a universe of 64.
+# FI_UNIVERSE_SIZE (128 each, 1024 peers by default: 262144): more than
+# metaroce's max_cqe (65536), so ibv_create_cq fails EINVAL, as on any
+# device with that limit (docs/connection-manager.md §6.4). Two peers
+# here: a universe of 64.
 t_rdm() {
   local est; est=$(stat_of a cm_established)
-  pingpong fi_rdm_pingpong "verbs;ofi_rxm" rdm 100 1m FI_UNIVERSE_SIZE=64
+  TEARDOWN_RACE_OK=1 pingpong fi_rdm_pingpong "verbs;ofi_rxm" rdm 100 1m FI_UNIVERSE_SIZE=64
   cm_established_grows fi_rdm_pingpong "${est:-0}"
 }
 
