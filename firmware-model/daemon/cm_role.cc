@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <infiniband/verbs.h>
 #include <unistd.h>
 
@@ -60,9 +61,34 @@ bool ip_of(const sockaddr_storage& a, proto::IpAddr* ip) {
   return false;
 }
 
+bool is_loopback(const proto::IpAddr& ip) {
+  static const uint8_t v6lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return (ip.is_v4() && ip.bytes[12] == 127) || std::memcmp(ip.bytes.data(), v6lo, 16) == 0;
+}
+
+// The kernel's cma_any_addr: the zero address or a loopback one. An ID
+// bound to either is bound to no device (librdmacm leaves its verbs NULL;
+// libfabric's verbs provider relies on it for "localhost").
 bool is_any(const proto::IpAddr& ip) {
   static const uint8_t v4any[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0, 0, 0};
-  return ip == proto::IpAddr{} || std::memcmp(ip.bytes.data(), v4any, 16) == 0;
+  return ip == proto::IpAddr{} || std::memcmp(ip.bytes.data(), v4any, 16) == 0 || is_loopback(ip);
+}
+
+// Whether any interface of this network namespace has the address
+// (getifaddrs; only on bind's failure path).
+bool host_has_address(const proto::IpAddr& ip) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (const ifaddrs* i = list; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    sockaddr_storage a{};
+    std::memcpy(&a, i->ifa_addr, i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    proto::IpAddr x;
+    found = ip_of(a, &x) && x == ip;
+  }
+  freeifaddrs(list);
+  return found;
 }
 
 uint16_t port_of(const sockaddr_storage& a) {
@@ -672,8 +698,13 @@ int CmRole::bind_to(Id& id, const sockaddr* addr, size_t len, Reply* out) {
   std::memcpy(&b, addr, need);
   proto::IpAddr ip;
   ip_of(b, &ip);
-  if (!is_any(ip) && !local_address(ip))
-    return fail(out, EADDRNOTAVAIL, "no address of this MetaRoCE device (is metaroced running on it?)");
+  if (!is_any(ip) && !local_address(ip)) {
+    // The kernel's errnos: an address of another interface is ENODEV (no
+    // RDMA device has it), one of no interface EADDRNOTAVAIL.
+    const bool on_host = env_.host_has_address ? env_.host_has_address(ip) : host_has_address(ip);
+    if (on_host) return fail(out, ENODEV, "address is on an interface without a MetaRoCE device");
+    return fail(out, EADDRNOTAVAIL, "no interface has this address");
+  }
   if (port_of(b) == 0) {  // an ephemeral port, as the kernel picks one
     for (uint32_t p = 32768 + random32() % 28000, n = 0; n < 32768; ++n, p = p >= 65535 ? 32768 : p + 1) {
       set_sin_port(b, static_cast<uint16_t>(p));

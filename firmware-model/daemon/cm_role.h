@@ -69,6 +69,9 @@ class CmRole {
     uint64_t node_guid = 0;                          // host order, as DeviceConfig
     uint32_t (*random)(void*) = nullptr;             // comm IDs, PSNs
     void* random_ctx = nullptr;
+    // Whether an interface of the host has the address (bind's ENODEV vs
+    // EADDRNOTAVAIL); empty: getifaddrs.
+    std::function<bool(const proto::IpAddr&)> host_has_address;
   };
   CmRole(const cm::Config& config, const CmLimits& limits, Env env);
   ~CmRole();
