@@ -413,12 +413,30 @@ TEST_CASE("modify_and_query_qp__round_trip") {
   CHECK(f.qp->state == IBV_QPS_RTR);
   ibv_qp_attr q;
   ibv_qp_init_attr init;
-  REQUIRE(mroce_query_qp(f.qp, &q, IBV_QP_CAP | IBV_QP_STATE, &init) == 0);
+  REQUIRE(mroce_query_qp(f.qp, &q, IBV_QP_CAP | IBV_QP_STATE | IBV_QP_DEST_QPN, &init) == 0);
   CHECK(q.qp_state == IBV_QPS_RTS);
   CHECK(q.dest_qp_num == 0x99);
   CHECK(q.cap.max_inline_data == 64);
   CHECK(init.cap.max_send_sge == 4);
   CHECK(init.qp_type == IBV_QPT_RC);
+}
+
+TEST_CASE("query_qp__writes_only_the_masked_fields_and_refuses_unknown_bits") {
+  QpFixture f;
+  ibv_qp_attr q;
+  ibv_qp_init_attr init;
+  memset(&q, 0xab, sizeof(q));
+  REQUIRE(mroce_query_qp(f.qp, &q, IBV_QP_PATH_MTU, &init) == 0);
+  CHECK(q.path_mtu == IBV_MTU_1024);
+  CHECK(q.dest_qp_num == 0xababababu);  // not asked: untouched
+  CHECK(q.cap.max_send_wr == 0xababababu);
+  CHECK(q.qp_state == static_cast<ibv_qp_state>(0xabababab));
+  REQUIRE(mroce_query_qp(f.qp, &q, IBV_QP_CAP, &init) == 0);
+  CHECK(q.cap.max_inline_data == 64);
+  CHECK(q.dest_qp_num == 0xababababu);
+  CHECK(init.cap.max_send_sge == 4);  // init_attr is always filled
+  CHECK(mroce_query_qp(f.qp, &q, IBV_QP_RATE_LIMIT << 1, &init) == EINVAL);
+  CHECK(std::string(f.ctx->last_reason).find("attr_mask") != std::string::npos);
 }
 
 TEST_CASE("modify_qp__address_vector_without_grh_is_einval_with_reason") {
