@@ -100,14 +100,17 @@ void DefaultCongestionControl::on_ack(const AckSample& s) {
 // no queue stands behind it (RTT under target, no CE) and it is not part of
 // a burst. Each SACK-detected loss used to cut 25%, so 1% random loss held
 // the window far below the BDP (issue 15).
-bool DefaultCongestionControl::random_loss() const {
+bool DefaultCongestionControl::random_loss(uint64_t lost_bytes) const {
+  const double mtu = p_.mtu_bytes;
   const bool no_queue = last_rtt_ > 0 && last_rtt_ <= target_ && !last_ce_;
-  return no_queue && acked_since_loss_ >= t_.sparse_loss_gap_mtu * p_.mtu_bytes;
+  const bool sparse = acked_since_loss_ >= t_.sparse_loss_gap_mtu * mtu &&
+                      static_cast<double>(lost_bytes) <= 2 * mtu;  // more at once: a burst
+  return no_queue && sparse;
 }
 
 void DefaultCongestionControl::on_loss(Time now, uint64_t lost_bytes) {
   if (lost_bytes == 0) return;
-  const bool random = random_loss();
+  const bool random = random_loss(lost_bytes);
   acked_since_loss_ = 0;
   if (random) {
     ++losses_ignored_;

@@ -52,7 +52,7 @@ class DefaultCongestionControl final : public CongestionControlInterface {
 
  private:
   bool can_decrease(Time now) const;
-  bool random_loss() const;
+  bool random_loss(uint64_t lost_bytes) const;
   // Base RTT = max(configured, windowed minimum observed): a soft NIC's host
   // delay is part of every RTT it measures and no target below it can hold.
   void observe_base(Time rtt, Time now);

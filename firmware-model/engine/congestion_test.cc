@@ -104,6 +104,11 @@ TEST_CASE("default_cc__loss_burst_decreases") {
   cc.on_loss(102'000, 1000);
   CHECK(cc.cwnd_bytes() == doctest::Approx(w1 * 0.75));
   CHECK(cc.losses_ignored() == 1);
+  // Five packets lost at once, long after: a burst too.
+  for (int i = 0; i < 20; ++i) cc.on_ack(ack(1'000'000 + 1000 * i, 1000, 10'000));
+  const double w2 = cc.cwnd_bytes();
+  cc.on_loss(2'000'000, 5000);
+  CHECK(cc.cwnd_bytes() == doctest::Approx(w2 * 0.75));
 }
 
 // A loss while the latest RTT sample shows a queue (over target) or CE is
