@@ -28,7 +28,7 @@ namespace metaroce::fw {
 inline constexpr uint32_t kReadChunk = 256;   // READ data tracked in 256-byte chunks (smallest MTU)
 inline constexpr uint32_t kRdSlots = 32;      // > max_qp_rd_atom: READ/atomic msn -> WQE
 inline constexpr uint32_t kAtomicCache = 64;  // responder: executed atomics, by PSN
-inline constexpr uint32_t kAckEvery = 2;      // ACK at least every this many packets
+inline constexpr uint32_t kAckEvery = 8;      // ACK at least every this many packets
 // READ responses leave at the port's line rate, with at most this much
 // time's worth sent back to back after an idle spell (responder::run).
 inline constexpr Time kReadPaceBurst = 20'000;  // ns
