@@ -130,6 +130,23 @@ cm::Endpoint endpoint_of(const sockaddr_storage& a) {
   return e;
 }
 
+// Where a connection goes: the destination, or for a loopback one our own
+// source address (the kernel's cma_resolve_loopback: the device talks to
+// itself; the ID still reports the loopback address it was given).
+proto::IpAddr peer_ip(const sockaddr_storage& src, const sockaddr_storage& dst) {
+  proto::IpAddr ip;
+  ip_of(dst, &ip);
+  if (is_loopback(ip)) ip_of(src, &ip);
+  return ip;
+}
+
+cm::Endpoint peer_endpoint(const sockaddr_storage& src, const sockaddr_storage& dst) {
+  cm::Endpoint e;
+  e.ip = peer_ip(src, dst);
+  e.port = port_of(dst);
+  return e;
+}
+
 bool valid_ps(uint16_t ps) {
   return ps == RDMA_PS_TCP || ps == RDMA_PS_UDP || ps == RDMA_PS_IB || ps == RDMA_PS_IPOIB;
 }
@@ -798,7 +815,7 @@ void CmRole::try_resolve(Handle h, Id& id, fw::Time now) {
   proto::IpAddr dip;
   ip_of(id.dst, &dip);
   proto::MacAddr mac;
-  const bool ok = local_address(dip) || (env_.link && env_.link->resolve(dip, &mac));
+  const bool ok = is_loopback(dip) || local_address(dip) || (env_.link && env_.link->resolve(dip, &mac));
   if (ok) {
     id.addr = Id::Addr::kResolved;
     counters_.cm_addr_resolved++;
@@ -847,7 +864,10 @@ int CmRole::query_route(Channel& ch, const Cmd& c, Reply* out) {
   if (id->bound) std::memcpy(&r.src_addr, &id->src, std::min(len_of(id->src), sizeof r.src_addr));
   if (id->has_dst) std::memcpy(&r.dst_addr, &id->dst, std::min(len_of(id->dst), sizeof r.dst_addr));
   if (dev) std::memcpy(r.ib_route[0].sgid, sip.bytes.data(), 16);
-  if (id->has_dst && ip_of(id->dst, &dip)) std::memcpy(r.ib_route[0].dgid, dip.bytes.data(), 16);
+  if (id->has_dst) {
+    dip = peer_ip(id->src, id->dst);  // loopback: the device's own GID, as the kernel's
+    std::memcpy(r.ib_route[0].dgid, dip.bytes.data(), 16);
+  }
   if (id->route) {
     r.num_paths = 1;
     r.ib_route[0].pkey = htons(0xFFFF);
@@ -915,7 +935,7 @@ int CmRole::connect(Channel& ch, const Cmd& c, fw::Time now, Reply* out) {
   cm::Output o;
   cm::ConnId conn = 0;
   cm::Status s = cm_.connect(static_cast<proto::PortSpace>(id->ps), cm_qp_type(id->ps, id->qp_type),
-                             endpoint_of(id->src), endpoint_of(id->dst), mine, now, o, &conn);
+                             endpoint_of(id->src), peer_endpoint(id->src, id->dst), mine, now, o, &conn);
   if (!s.ok()) return fail(out, s.err, s.reason);
   id->conn = conn;
   by_conn_[conn] = cmd.id;

@@ -22,6 +22,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,9 +49,18 @@ struct Host {
   std::unique_ptr<CmRole> role;
   int fds[2];
   std::unique_ptr<UcmaFile> file;
+  std::deque<std::vector<uint8_t>> wire;  // frames the role sent (to itself)
 
   Host() {
     CmRole::Env env;
+    env.send = [this](const fw::OutPacket& p) {
+      proto::FrameHeaders h;
+      h.src_ip = p.src_ip;
+      h.dst_ip = p.dst_ip;
+      std::vector<uint8_t> f(proto::encap_length(h) + proto::transport_length(p.packet));
+      REQUIRE(proto::build_frame(h, p.packet, f) > 0);
+      wire.push_back(std::move(f));
+    };
     env.node_guid = kGuid;
     env.random = counter_random;
     env.random_ctx = &seed;
@@ -120,6 +130,19 @@ struct Host {
     }
     return run(RDMA_USER_CM_CMD_BIND_IP, cmd);
   }
+  // Frames back into the role's rx path, as the soft NIC's loopback does.
+  void pump() {
+    for (int i = 0; i < 100 && !wire.empty(); i++) {
+      std::vector<uint8_t> f = std::move(wire.front());
+      wire.pop_front();
+      REQUIRE(role->on_frame(f, now));
+      role->poll(now);
+    }
+  }
+  int64_t event(rdma_ucm_event_resp* resp) {
+    rdma_ucm_get_event cmd{reinterpret_cast<uintptr_t>(resp)};
+    return run(RDMA_USER_CM_CMD_GET_EVENT, cmd) > 0 ? static_cast<int64_t>(resp->event) : int64_t{-1};
+  }
   // QUERY ADDR, as librdmacm's ucma_query_addr after a bind.
   rdma_ucm_query_addr_resp query(uint32_t id) {
     rdma_ucm_query_addr_resp r{};
@@ -168,4 +191,49 @@ TEST_CASE("bind__another_interfaces_address_is_enodev_no_interfaces_is_eaddrnota
   CHECK(h.bind(id, AF_INET, "192.0.2.1", 0) == -EADDRNOTAVAIL);
   CHECK(reason() == "no interface has this address");
   CHECK(h.bind(id, AF_INET, "10.77.0.1", 0) > 0);  // the failures left it unbound
+}
+
+// rdma_resolve_addr to 127.0.0.1 (rping -a 127.0.0.1, "localhost"): the
+// kernel's cma_resolve_loopback resolves at once on the device, whose own
+// GID becomes the destination GID; the REQ goes to the device itself.
+TEST_CASE("resolve__loopback_destination_is_the_device_itself") {
+  Host h;
+  enum : uint32_t { kAddrResolved = 0, kRouteResolved = 2, kConnectRequest = 4 };
+  const uint32_t lid = h.create();
+  REQUIRE(h.bind(lid, AF_INET, "0.0.0.0", 7471) > 0);
+  rdma_ucm_listen l{lid, 8};
+  REQUIRE(h.run(RDMA_USER_CM_CMD_LISTEN, l) > 0);
+  const uint32_t id = h.create();
+  rdma_ucm_resolve_ip r{};
+  auto* dst = reinterpret_cast<sockaddr_in*>(&r.dst_addr);
+  dst->sin_family = AF_INET;
+  dst->sin_port = htons(7471);
+  inet_pton(AF_INET, "127.0.0.1", &dst->sin_addr);
+  r.id = id;
+  r.timeout_ms = 2000;
+  REQUIRE(h.run(RDMA_USER_CM_CMD_RESOLVE_IP, r) > 0);
+  rdma_ucm_event_resp ev{};
+  REQUIRE(h.event(&ev) == kAddrResolved);  // at once: no neighbour to ask
+  CHECK(ev.status == 0);
+  rdma_ucm_resolve_route rr{id, 2000};
+  REQUIRE(h.run(RDMA_USER_CM_CMD_RESOLVE_ROUTE, rr) > 0);
+  REQUIRE(h.event(&ev) == kRouteResolved);
+  rdma_ucm_query_route_resp q{};
+  rdma_ucm_query qc{reinterpret_cast<uintptr_t>(&q), id, 0};
+  REQUIRE(h.run(RDMA_USER_CM_CMD_QUERY_ROUTE, qc) > 0);
+  CHECK(q.node_guid == htobe64(kGuid));  // bound to the device
+  CHECK(ntohl(reinterpret_cast<sockaddr_in*>(&q.dst_addr)->sin_addr.s_addr) == 0x7F000001);
+  CHECK(std::memcmp(q.ib_route[0].dgid, q.ib_route[0].sgid, 16) == 0);
+  const proto::IpAddr own = proto::IpAddr::v4(0x0A4D0001);
+  CHECK(std::memcmp(q.ib_route[0].sgid, own.bytes.data(), 16) == 0);
+  rdma_ucm_connect c{};
+  c.id = id;
+  c.conn_param.qp_num = 0x111;
+  c.conn_param.responder_resources = 1;
+  c.conn_param.initiator_depth = 1;
+  c.conn_param.retry_count = 7;
+  REQUIRE(h.run(RDMA_USER_CM_CMD_CONNECT, c) > 0);
+  h.pump();
+  REQUIRE(h.event(&ev) == kConnectRequest);  // the listener on the device took it
+  CHECK(ev.param.conn.qp_num == 0x111);
 }

@@ -85,10 +85,11 @@ pingpong() {  # NAME PROVIDER ENDPOINT ITERS LAST-SIZE [ENV=VALUE...]
   [ $((after - before)) -gt "$payload" ] || e2e_fail "$name: the daemons sent only $((after - before)) bytes for $payload"
 }
 
-# ofi_rxm 1.17's teardown race (docs/connection-manager.md 6.4): the
-# server's fi_pingpong dies of SIGSEGV inside libfabric after it printed
-# its last complete row, when the client's disconnect overtakes the ACK of
-# the server's final "fin" send. Only that, and only then, is tolerated.
+# ofi_rxm 1.17's teardown race (docs/connection-manager.md 6.4): its
+# rxm_close_conn closes the msg_ep before draining the CQ, so a receive
+# that completes while the client's disconnect is handled is reposted
+# through the freed endpoint and the server's fi_pingpong dies of SIGSEGV
+# inside libfabric, after its last complete row. Only that is tolerated.
 teardown_race() {  # SERVER-LOG LAST-SIZE ITERS
   grep -q "^fi_pingpong:[0-9]* terminated with signal 11 .*Backtrace" "$1" &&
     grep -q "/libfabric.so.1(+0x[0-9a-f]*)" "$1" &&
