@@ -153,7 +153,7 @@ def fmt(r, key):
 
 
 def show(row, key):
-    ratio = ("%.2f" % row["ratio"]) if "ratio" in row else "-"
+    ratio = ("%.3g" % row["ratio"]) if "ratio" in row else "-"
     bench.log("  %-30s metaroce %10s  tcp %10s %-6s  ratio %s (%s)" % (
         row["row"], fmt(row["metaroce"], key), fmt(row["tcp"], key), row["unit"], ratio, row["ratio_note"]))
     for over in ("metaroce", "tcp"):
@@ -219,7 +219,7 @@ def write(res, out):
         if "key" not in r:
             lines.append("| %s | FAILED: %s | | | |" % (r["row"], r.get("reason", "?")[:200]))
             continue
-        ratio = ("%.2f (%s)" % (r["ratio"], r["ratio_note"])) if "ratio" in r else "-"
+        ratio = ("%.3g (%s)" % (r["ratio"], r["ratio_note"])) if "ratio" in r else "-"
         lines.append("| %s | %s | %s | %s | %s |" % (r["row"], fmt(r["metaroce"], r["key"]), fmt(r["tcp"], r["key"]),
                                                   r["unit"], ratio))
     with open(os.path.join(out, "libraries.md"), "w") as f:
