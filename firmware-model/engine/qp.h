@@ -132,9 +132,10 @@ struct ReadJob {
 };
 
 // The responder's READ jobs in arrival order: front is being answered. A
-// fixed ring (allocated by the first push, O(1) push/pop); at most kReadJobs jobs, and the
-// responder admits at most max_dest_rd_atomic first issues (docs/engine.md
-// §Responder). Scans (find) are bounded by kReadJobs.
+// fixed ring (allocated by the first push and kept, O(1) push/pop); at
+// most kReadJobs jobs, and the responder admits at most max_dest_rd_atomic
+// first issues (docs/engine.md §Responder). Scans (find) are bounded by
+// kReadJobs.
 inline constexpr uint32_t kReadJobs = 2 * kRdSlots;
 
 class ReadQueue {

@@ -51,6 +51,7 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --fail-at-us T       ... T us after the start                (0)
   --loss-link I        random loss on link I ...   --loss P   ... with probability P
   --list-links         print the switch links and exit
+  --scheduler S        ns-3 event scheduler: Heap | Map | Calendar | List  (Map)
   --seed S             (1)     --max-sim-ms M (1000)   --name NAME   --out DIR (.)
 )";
 
@@ -155,6 +156,7 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
       {"fail-at-us", [&] { s.fail_at_ns = static_cast<int64_t>(to_f(v, k) * 1e3); }},
       {"loss-link", [&] { s.loss_link = static_cast<int>(to_u64(v, k)); }},
       {"loss", [&] { s.loss = to_f(v, k); }},
+      {"scheduler", [&] { s.scheduler = v; }},
       {"seed", [&] { s.seed = s.work.seed = to_u64(v, k); }},
       {"max-sim-ms", [&] { s.max_sim_ns = static_cast<int64_t>(to_f(v, k) * 1e6); }},
       {"name", [&] { s.name = v; }},

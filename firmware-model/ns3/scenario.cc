@@ -209,6 +209,10 @@ std::string check(const Scenario& s) {
   if (s.loss < 0 || s.loss >= 1) return "loss must be in [0, 1)";
   if (s.fail_at_ns < 0) return "fail-at must not be negative";
   if (s.max_sim_ns <= 0) return "max-sim must be positive";
+  if (s.scheduler != "Heap" && s.scheduler != "Map" && s.scheduler != "Calendar" &&
+      s.scheduler != "List") {
+    return "scheduler must be Heap, Map, Calendar or List";
+  }
   if (s.work.qps_per_pair > 64) return "at most 64 QPs per pair";
   if (s.send_depth == 0 || s.send_depth > 4096 || s.recv_depth == 0 || s.recv_depth > 4096) {
     return "send and receive depth must be 1..4096";
@@ -224,7 +228,7 @@ std::string check(const Scenario& s) {
 RunResult run(const Scenario& s) {
   RunResult r;
   const auto wall0 = std::chrono::steady_clock::now();
-  ns3::GlobalValue::Bind("SchedulerType", ns3::StringValue("ns3::HeapScheduler"));
+  ns3::GlobalValue::Bind("SchedulerType", ns3::StringValue("ns3::" + s.scheduler + "Scheduler"));
   auto fabric = std::make_unique<Fabric>(s.topo, s.sw);
   if (auto e = check_links(s, fabric->links().size()); !e.empty()) {
     r.error = e;

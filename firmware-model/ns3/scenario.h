@@ -34,6 +34,7 @@ struct Scenario {
   uint64_t seed = 1;
   int64_t max_sim_ns = 1'000'000'000;  // give up (reported as not completed)
   int64_t sample_ns = 0;               // queue sampling period, 0 = auto
+  std::string scheduler = "Map";       // ns-3 event scheduler: Heap, Map, Calendar, List
 };
 
 // Applies the transport's switch defaults (PFC and RED for RoCEv2, a

@@ -299,6 +299,10 @@ TEST_CASE("runs_are_deterministic") {
   const auto a = fab::run(s), b = fab::run(s);
   CHECK(a.completion_us == b.completion_us);
   CHECK(a.events == b.events);
+  s.scheduler = "Heap";  // the event order (time, then insertion) is the scheduler's contract
+  const auto h = fab::run(s);
+  CHECK(h.completion_us == a.completion_us);
+  CHECK(h.events == a.events);
 }
 
 // Several jobs on one fabric (WorkloadConfig::jobs): each is routed its own
