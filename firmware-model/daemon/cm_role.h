@@ -168,6 +168,7 @@ void CmRole::for_each_counter(F&& f) const {
   MROCE_CM_ROLE_COUNTERS(MROCE_CM_ROLE_VISIT)
 #undef MROCE_CM_ROLE_VISIT
   f("cm_ids_live", ids_.size());  // a gauge: IDs of every client now
+  f("cm_listeners_live", by_listener_.size());  // a gauge: IDs listening now
   cm_.for_each_counter([&](const std::string& name, uint64_t v) { f("cm_" + name, v); });
 }
 
