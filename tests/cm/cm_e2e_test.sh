@@ -161,6 +161,18 @@ ucmatose_and_rdma_client() {
   grep -q "rdma_client: end 0" "$LOGS/rdma_server-c.log" || e2e_fail "rdma_client: $(cat "$LOGS/rdma_server-c.log")"
 }
 
+# The UD port space (RDMA_PS_UDP): the server's QP gets its Q_Key from
+# INIT_QP_ATTR, the client its peer's QPN, Q_Key and address handle from
+# ESTABLISHED (ud_param); 10 messages each way.
+udaddy_ud_port_space() {
+  pair udaddy udaddy -- udaddy -s "$MROCE_IP_A"
+  local side
+  for side in s c; do
+    grep -q "data transfers complete" "$LOGS/udaddy-$side.log" && grep -q "return status 0" "$LOGS/udaddy-$side.log" ||
+      e2e_fail "udaddy ($side): $(cat "$LOGS/udaddy-$side.log")"
+  done
+}
+
 # cmtime's server (Debian's, librdmacm 44) runs until it is stopped; the
 # client connects and disconnects 200 IDs and prints the rates.
 cmtime_200_connections() {
@@ -233,7 +245,7 @@ dead() { ! kill -0 "$1" 2>/dev/null; }
 
 CM_TOOL=$(find_file tests/cm/cm_tool) || { echo "cm_tool not built"; exit 1; }
 # CM_E2E_CASES="a b": only those cases (debugging); all by default.
-for c in rping_1000_with_verification perftest_rdma_cm ucmatose_and_rdma_client cmtime_200_connections no_listener_is_rejected_at_once crashed_listener_disconnects_its_peer malformed_cm_frames_are_counted dead_daemon_is_unreachable_after_the_timeout; do
+for c in rping_1000_with_verification perftest_rdma_cm ucmatose_and_rdma_client udaddy_ud_port_space cmtime_200_connections no_listener_is_rejected_at_once crashed_listener_disconnects_its_peer malformed_cm_frames_are_counted dead_daemon_is_unreachable_after_the_timeout; do
   [ -z "${CM_E2E_CASES:-}" ] || [[ " $CM_E2E_CASES " == *" $c "* ]] || continue
   e2e_case "$c" "$c"
   end_started
