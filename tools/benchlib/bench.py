@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+import cm_bench  # cmasan: connection setup rows (tools/benchlib/cm_bench.py)
+
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 NETNS_SH = os.path.join(TOP, "tests/lib/netns.sh")
 LAUNCHER = os.path.join(TOP, "kmod-shim/launcher/metaroce-run")
@@ -587,6 +589,7 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
         lat_iters = 2000 if self.a.quick else 5000
         for tool in ("ib_write_lat", "ib_send_lat"):
             pt.append(self.run_pt(io, tool, 8, lat_iters))
+        self.guard("connection setup", lambda: cm_bench.rows(self, io))  # cmasan: cmtime vs TCP
         self.impairments(io)
         self.save_daemon_logs(io, "end")
         self.net_down()
