@@ -1113,8 +1113,8 @@ namespace {
 // when the daemon asks). Frames carried arrive in the peer's inbox.
 class RingIo final : public io::PacketIo {
  public:
-  static constexpr uint32_t kCapacity = 48;  // frames queued or in the "kernel"
   RingIo* peer = nullptr;
+  uint32_t capacity = 48;  // frames queued or in the "kernel"
 
   int rx_burst(std::span<io::RxFrame> out) override {
     held_.clear();
@@ -1149,8 +1149,9 @@ class RingIo final : public io::PacketIo {
   }
   uint32_t tx_pending() const override { return static_cast<uint32_t>(pending_.size()); }
   uint32_t tx_room() override {
-    return kCapacity - static_cast<uint32_t>(pending_.size() + kernel_.size());
+    return capacity - static_cast<uint32_t>(pending_.size() + kernel_.size());
   }
+  uint32_t tx_capacity() const override { return capacity; }
   // The wire moves up to n frames the "kernel" holds to the peer.
   void carry(size_t n) {
     for (; n > 0 && !kernel_.empty(); --n) {
@@ -1199,10 +1200,11 @@ struct WiredFixture : Fixture {
 // larger than what the ring has room for. The engine is held while the ring
 // is full instead of the port dropping (the drops used to come back as
 // retransmissions), and the data lands intact.
-TEST_CASE("backpressure__full_tx_ring_holds_the_engine_instead_of_dropping") {
+void write_through_rings(uint32_t capacity) {
   RingIo io_a, io_b;
   io_a.peer = &io_b;
   io_b.peer = &io_a;
+  io_a.capacity = io_b.capacity = capacity;
   AnyMac link;
   WiredFixture fa(&io_a, &link, 0x0a000001), fb(&io_b, &link, 0x0a000002);
   uint32_t pa = reply_as<mroce_alloc_pd_resp>(fa.call(MROCE_OP_ALLOC_PD, {})).pdn;
@@ -1244,6 +1246,17 @@ TEST_CASE("backpressure__full_tx_ring_holds_the_engine_instead_of_dropping") {
   CHECK(fa.device.counters().tx_held_ring_full > 0);  // the ring did fill
   CHECK(fa.device.counters().tx_drop_ring_full == 0);
   CHECK(fb.device.counters().tx_drop_ring_full == 0);
+}
+
+TEST_CASE("backpressure__full_tx_ring_holds_the_engine_instead_of_dropping") {
+  write_through_rings(48);
+}
+
+// A ring of 16 (AF_XDP with little locked memory) is below the 32-frame
+// reserve: the reserve shrinks to a quarter, else the engine would be held
+// for good.
+TEST_CASE("backpressure__a_ring_smaller_than_the_reserve_still_carries_requests") {
+  write_through_rings(16);
 }
 
 }  // namespace metaroce::daemon

@@ -70,7 +70,8 @@ class SoftNicHal : public fw::PacketPortInterface, public fw::RandomInterface {
 
   // Buffers kept for the packets the engine sends while held (ACK, NACK,
   // PROBE_REPLY, CM) and for the last QP round started before the check
-  // (kPumpBudget packets of a READ responder).
+  // (kPumpBudget packets of a READ responder); at most a quarter of the
+  // ring, so that a small ring still carries requests.
   static constexpr uint32_t kTxReserve = 32;
 
   SoftNicEnv env_;

@@ -232,6 +232,7 @@ class AfXdp final : public PacketIo {
     if (free_slots_.size() < kReclaimBelow) reclaim();
     return static_cast<uint32_t>(free_slots_.size());
   }
+  uint32_t tx_capacity() const override { return static_cast<uint32_t>(slot_descs_.size()); }
   int wait_fd() const override { return xsk_socket__fd(xsk_); }
   uint32_t max_frame() const override { return max_frame_; }
   const char* name() const override { return name_; }

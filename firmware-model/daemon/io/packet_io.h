@@ -142,6 +142,8 @@ class PacketIo {
   // tx_ready() from it, so a full ring holds packets in the engine instead
   // of dropping them (docs/daemon.md §Transmit backpressure).
   virtual uint32_t tx_room() = 0;
+  // tx_room() with nothing queued or in flight: the ring's size in frames.
+  virtual uint32_t tx_capacity() const = 0;
 
   // Readable (poll POLLIN) when rx_burst() would return frames. Owned by
   // the PacketIo.
