@@ -236,7 +236,9 @@ struct DeviceCaps {
   uint32_t max_qp_wr = 4096;
   uint32_t max_sge = kMaxSge;
   uint32_t max_cq = 4096;
-  uint32_t max_cqe = 65536;
+  // 2^20 - 1: the ring (one spare slot, a power of two) is then 64 MiB,
+  // inside the per-user ring limit; ofi_rxm asks for 262144 by default.
+  uint32_t max_cqe = (1u << 20) - 1;
   uint32_t max_mr = 65536;
   uint64_t max_mr_size = uint64_t{1} << 40;
   uint32_t max_pd = 4096;
