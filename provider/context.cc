@@ -187,6 +187,9 @@ void fill_device_attr(const struct mroce_device_attr *d, const struct mroce_devi
   a->max_srq = static_cast<int>(x->max_srq);  // 0 from a daemon without SRQs
   a->max_srq_wr = static_cast<int>(x->max_srq_wr);
   a->max_srq_sge = static_cast<int>(x->max_srq_sge);
+  a->max_mw = static_cast<int>(x->max_mw);  // 0 from a daemon without memory windows
+  if (x->max_mw)  // type 1, and type 2 associated with a QP and checked against its PD (2B)
+    a->device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_qp_rd_atom = d->max_qp_rd_atom;
   a->max_qp_init_rd_atom = d->max_qp_rd_atom;
   a->max_res_rd_atom = d->max_qp_rd_atom * d->max_qp;
@@ -312,13 +315,16 @@ const struct verbs_device_ops mroce_dev_ops = {
 };
 
 static const struct verbs_context_ops mroce_ctx_ops = {
+    .alloc_mw = mroce_alloc_mw,
     .alloc_pd = mroce_alloc_pd,
     .attach_mcast = mroce_attach_mcast,
+    .bind_mw = mroce_bind_mw,
     .cq_event = mroce_cq_event,
     .create_ah = mroce_create_ah,
     .create_cq = mroce_create_cq,
     .create_qp = mroce_create_qp,
     .create_srq = mroce_create_srq,
+    .dealloc_mw = mroce_dealloc_mw,
     .dealloc_pd = mroce_dealloc_pd,
     .dereg_mr = mroce_dereg_mr,
     .destroy_ah = mroce_destroy_ah,

@@ -173,6 +173,21 @@ void mroce_set_ops(struct mroce_context *ctx);
 
 // ---- PD and MR (pd_mr.cc) ----
 struct ibv_pd *mroce_alloc_pd(struct ibv_context *context);
+// Memory windows (mw.cc; docs/device-abi.md §2.8).
+struct ibv_mw *mroce_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int mroce_dealloc_mw(struct ibv_mw *mw);
+int mroce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+// The send-WQE builders every posting path shares (post_send, ibv_bind_mw,
+// the extended API's wr_*): each fills one struct mroce_send_wqe.
+int mroce_build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr,
+                         struct mroce_send_wqe *w);
+// BIND_MW of mw with its new rkey; `via` is IBV_MW_TYPE_1 for ibv_bind_mw,
+// IBV_MW_TYPE_2 for IBV_WR_BIND_MW. Leaves wr_id and send_flags to the caller.
+int mroce_wqe_bind_mw(struct mroce_send_wqe *w, const struct ibv_mw *mw, uint32_t rkey,
+                      const struct ibv_mw_bind_info *info, enum ibv_mw_type via);
+void mroce_wqe_local_inv(struct mroce_send_wqe *w, uint32_t rkey);
+// Posts one built WQE on the send queue (0, EIO, EINVAL state, ENOMEM full).
+int mroce_post_built_wqe(struct mroce_qp *qp, const struct mroce_send_wqe *w);
 int mroce_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *mroce_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va,
                             int access);

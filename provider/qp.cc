@@ -171,10 +171,17 @@ bool opcode_supported(enum ibv_wr_opcode op) {
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_LOCAL_INV:
+    case IBV_WR_BIND_MW:
+    case IBV_WR_SEND_WITH_INV:
       return true;
     default:
       return false;
   }
+}
+
+bool is_mw_op(enum ibv_wr_opcode op) {
+  return op == IBV_WR_LOCAL_INV || op == IBV_WR_BIND_MW || op == IBV_WR_SEND_WITH_INV;
 }
 
 bool is_atomic(enum ibv_wr_opcode op) {
@@ -206,10 +213,15 @@ int build_ud(const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
   return 0;
 }
 
-int build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
-  // UC carries SEND and WRITE (with or without immediate) only.
+}  // namespace
+
+int mroce_build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr,
+                         struct mroce_send_wqe *w) {
+  // UC carries SEND and WRITE (with or without immediate) only; memory
+  // window operations are RC only.
   bool uc = qp->vqp.qp.qp_type == IBV_QPT_UC;
   if (uc && (wr->opcode == IBV_WR_RDMA_READ || is_atomic(wr->opcode))) return EINVAL;
+  if (is_mw_op(wr->opcode) && qp->vqp.qp.qp_type != IBV_QPT_RC) return EINVAL;
   if (!opcode_supported(wr->opcode) || wr->num_sge < 0 ||
       static_cast<uint32_t>(wr->num_sge) > qp->sq.max_sge)
     return EINVAL;
@@ -223,12 +235,23 @@ int build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mro
   w->send_flags = wr->send_flags;
   if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
     w->imm = ntohl(wr->imm_data);
+  if (wr->opcode == IBV_WR_BIND_MW) {  // type 2 only: type 1 binds through ibv_bind_mw
+    const struct ibv_mw *mw = wr->bind_mw.mw;
+    if (!mw || mw->type != IBV_MW_TYPE_2) return EINVAL;
+    return mroce_wqe_bind_mw(w, mw, wr->bind_mw.rkey, &wr->bind_mw.bind_info, IBV_MW_TYPE_2);
+  }
+  if (wr->opcode == IBV_WR_LOCAL_INV) {
+    mroce_wqe_local_inv(w, wr->invalidate_rkey);
+    return 0;
+  }
+  if (wr->opcode == IBV_WR_SEND_WITH_INV) w->imm = wr->invalidate_rkey;
   if (is_atomic(wr->opcode)) {
     w->remote_addr = wr->wr.atomic.remote_addr;
     w->rkey = wr->wr.atomic.rkey;
     w->compare_add = wr->wr.atomic.compare_add;
     w->swap = wr->wr.atomic.swap;
-  } else if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) {
+  } else if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM &&
+             wr->opcode != IBV_WR_SEND_WITH_INV) {
     w->remote_addr = wr->wr.rdma.remote_addr;
     w->rkey = wr->wr.rdma.rkey;
   }
@@ -238,6 +261,8 @@ int build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mro
     w->u.sg[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
   return 0;
 }
+
+namespace {
 
 bool sq_open(const struct ibv_qp *q) {
   return q->state != IBV_QPS_RESET && q->state != IBV_QPS_INIT && q->state != IBV_QPS_RTR;
@@ -254,6 +279,10 @@ enum ibv_wc_opcode wc_opcode_of(uint8_t wr_opcode) {
       return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return IBV_WC_FETCH_ADD;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
     default:
       return IBV_WC_SEND;
   }
@@ -422,7 +451,7 @@ int mroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
       break;
     }
     auto *w = static_cast<struct mroce_send_wqe *>(mroce_ring_slot(&sq->ring, sq->prod));
-    err = build_send_wqe(qp, wr, w);
+    err = mroce_build_send_wqe(qp, wr, w);
     if (!err) sq->prod++;
   }
   bool posted = sq->prod != start;
@@ -430,6 +459,26 @@ int mroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
   pthread_spin_unlock(&sq->lock);
   if (posted) ring_doorbell(qp, &sq->ring);
   if (err) *bad_wr = wr;
+  return err;
+}
+
+int mroce_post_built_wqe(struct mroce_qp *qp, const struct mroce_send_wqe *built) {
+  struct ibv_qp *ibqp = &qp->vqp.qp;
+  struct mroce_wq *sq = &qp->sq;
+  int err = 0;
+  pthread_spin_lock(&sq->lock);
+  if (mroce_dead(to_mroce_ctx(ibqp->context)))
+    err = EIO;
+  else if (!sq_open(ibqp))
+    err = EINVAL;
+  else if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= sq->ring.entries)
+    err = ENOMEM;
+  if (!err) {
+    memcpy(mroce_ring_slot(&sq->ring, sq->prod), built, sizeof(*built));
+    mroce_ring_publish_producer(&sq->ring, ++sq->prod);
+  }
+  pthread_spin_unlock(&sq->lock);
+  if (!err) ring_doorbell(qp, &sq->ring);
   return err;
 }
 

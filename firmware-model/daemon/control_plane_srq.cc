@@ -1,6 +1,7 @@
 // The control plane's shared-receive-queue operations (docs/device-abi.md
 // §2.7): CREATE/MODIFY/QUERY/DESTROY_SRQ through the transport backend, the
 // SRQ's ring from the queue pump, limits per client and per user.
+#include <algorithm>
 #include <cerrno>
 #include <string>
 
@@ -29,8 +30,11 @@ int ControlPlane::op_query_device_ex(Client& c, const Request& r, Reply* out) {
   mroce_device_attr_ex x{};
   if (backend_.query_srq(0, 0, nullptr, nullptr) != EOPNOTSUPP) {
     const fw::DeviceCaps& caps = backend_.caps();
-    x = {caps.max_srq, caps.max_qp_wr, caps.max_sge, {}};
+    x = {caps.max_srq, caps.max_qp_wr, caps.max_sge, {}, 0};
   }
+  // Does the backend have memory windows? (handle 0 is never one: no side effect)
+  if (backend_.dealloc_mw(0, 0) != EOPNOTSUPP)
+    x.max_mw = std::min(backend_.caps().max_mw, config_.limits.max_mw);
   encode(x, &out->body);
   return 0;
 }
