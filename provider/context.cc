@@ -165,6 +165,18 @@ void mroce_free_context(struct ibv_context *ibctx) {
   free(ctx);
 }
 
+// What one context can create: the device's capacity or the daemon's
+// per-context limit, whichever is smaller (0: an older daemon sent none).
+uint32_t ctx_limit(uint32_t device, uint32_t per_context) {
+  return per_context && per_context < device ? per_context : device;
+}
+
+// Only what the device really does: RNR NAKs (RC receiver not ready) and a
+// system image GUID (memory windows are added when the daemon has them).
+// No port shutdown/change, no XRC, no SRQ resize, no checksum offloads, no
+// N_NOTIFY.
+constexpr unsigned int kDeviceCapFlags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
+
 void fill_device_attr(const struct mroce_device_attr *d, const struct mroce_device_attr_ex *x,
                       struct ibv_device_attr *a) {
   memset(a, 0, sizeof(*a));
@@ -176,31 +188,41 @@ void fill_device_attr(const struct mroce_device_attr *d, const struct mroce_devi
   a->vendor_id = d->vendor_id;
   a->vendor_part_id = d->vendor_part_id;
   a->hw_ver = d->hw_ver;
-  a->max_qp = d->max_qp;
+  a->max_qp = static_cast<int>(ctx_limit(d->max_qp, x->ctx_max_qp));
   a->max_qp_wr = d->max_qp_wr;
+  a->device_cap_flags = kDeviceCapFlags;
   a->max_sge = d->max_sge;
   a->max_sge_rd = d->max_sge;
-  a->max_cq = d->max_cq;
+  a->max_cq = static_cast<int>(ctx_limit(d->max_cq, x->ctx_max_cq));
   a->max_cqe = d->max_cqe;
-  a->max_mr = d->max_mr;
-  a->max_pd = d->max_pd;
-  a->max_srq = static_cast<int>(x->max_srq);  // 0 from a daemon without SRQs
-  a->max_srq_wr = static_cast<int>(x->max_srq_wr);
-  a->max_srq_sge = static_cast<int>(x->max_srq_sge);
-  a->max_mw = static_cast<int>(x->max_mw);  // 0 from a daemon without memory windows
+  a->max_mr = static_cast<int>(ctx_limit(d->max_mr, x->ctx_max_mr));
+  a->max_pd = static_cast<int>(ctx_limit(d->max_pd, x->ctx_max_pd));
+  a->max_mw = static_cast<int>(x->max_mw);  // mw: 0 from a daemon without memory windows
   if (x->max_mw)  // type 1, and type 2 associated with a QP and checked against its PD (2B)
     a->device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_qp_rd_atom = d->max_qp_rd_atom;
   a->max_qp_init_rd_atom = d->max_qp_rd_atom;
-  a->max_res_rd_atom = d->max_qp_rd_atom * d->max_qp;
-  a->atomic_cap = IBV_ATOMIC_HCA;
+  a->max_res_rd_atom = d->max_qp_rd_atom * a->max_qp;
+  a->atomic_cap = IBV_ATOMIC_HCA;  // atomic among this NIC's own accesses
+  a->max_srq = static_cast<int>(ctx_limit(x->max_srq, x->ctx_max_srq));  // 0: no SRQs
+  a->max_srq_wr = static_cast<int>(x->max_srq_wr);
+  a->max_srq_sge = static_cast<int>(x->max_srq_sge);
   a->max_pkeys = 1;
-  a->max_ah = static_cast<int>(d->max_ah);
-  a->max_mcast_grp = 1024;  // fw::DeviceCaps
-  a->max_mcast_qp_attach = 64;
-  a->max_total_mcast_qp_attach = 1024 * 64;
+  a->max_ah = static_cast<int>(ctx_limit(d->max_ah, x->ctx_max_ah));
+  a->max_mcast_grp = static_cast<int>(x->max_mcast_grp);
+  a->max_mcast_qp_attach = static_cast<int>(x->max_mcast_qp_attach);
+  a->max_total_mcast_qp_attach = static_cast<int>(x->max_mcast_grp * x->max_mcast_qp_attach);
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
+}
+
+// The extended part: one port; no ODP, timestamps (hca_core_clock 0: the
+// NIC does not stamp CQEs), TSO, RSS, WQs, pacing, tag matching, CQ
+// moderation, device memory or PCIe atomics, so all of it is 0.
+void fill_device_attr_ex(const struct mroce_context *ctx, struct ibv_device_attr_ex *ex) {
+  memset(ex, 0, sizeof(*ex));
+  fill_device_attr(&ctx->dev_attr, &ctx->dev_attr_ex, &ex->orig_attr);
+  ex->phys_port_cnt_ex = 1;
 }
 
 }  // namespace
@@ -257,8 +279,8 @@ int mroce_query_device_ex(struct ibv_context *context,
   if (input && input->comp_mask) return EINVAL;
   if (attr_size < sizeof(struct ibv_device_attr)) return EINVAL;
   if (mroce_dead(ctx)) return EIO;
-  struct ibv_device_attr_ex ex = {};
-  fill_device_attr(&ctx->dev_attr, &ctx->dev_attr_ex, &ex.orig_attr);
+  struct ibv_device_attr_ex ex;
+  fill_device_attr_ex(ctx, &ex);
   memcpy(attr, &ex, attr_size < sizeof(ex) ? attr_size : sizeof(ex));
   return 0;
 }
@@ -322,7 +344,9 @@ static const struct verbs_context_ops mroce_ctx_ops = {
     .cq_event = mroce_cq_event,
     .create_ah = mroce_create_ah,
     .create_cq = mroce_create_cq,
+    .create_cq_ex = mroce_create_cq_ex,
     .create_qp = mroce_create_qp,
+    .create_qp_ex = mroce_create_qp_ex,
     .create_srq = mroce_create_srq,
     .dealloc_mw = mroce_dealloc_mw,
     .dealloc_pd = mroce_dealloc_pd,

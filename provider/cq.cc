@@ -20,7 +20,9 @@ int lookup_channel_peer(int channel_fd) {
   return fn ? fn(channel_fd) : -1;
 }
 
-void cqe_to_wc(const struct mroce_cqe *e, struct ibv_wc *wc) {
+}  // namespace
+
+void mroce_cqe_to_wc(const struct mroce_cqe *e, struct ibv_wc *wc) {
   memset(wc, 0, sizeof(*wc));
   wc->wr_id = e->wr_id;
   wc->status = static_cast<enum ibv_wc_status>(e->status);
@@ -39,6 +41,8 @@ void cqe_to_wc(const struct mroce_cqe *e, struct ibv_wc *wc) {
   wc->dlid_path_bits = e->ud.dlid_path_bits;
   wc->pkey_index = e->ud.pkey_index;
 }
+
+namespace {
 
 int map_cq(struct mroce_cq *cq, int memfd, const struct mroce_create_cq_resp *resp) {
   cq->map_len = resp->ring_bytes;
@@ -125,7 +129,7 @@ int mroce_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc) {
   uint32_t avail = mroce_ring_load_producer(&cq->ring) - cq->cons;
   int n = 0;
   for (; n < num_entries && static_cast<uint32_t>(n) < avail; n++)
-    cqe_to_wc(static_cast<const struct mroce_cqe *>(mroce_ring_slot(&cq->ring, cq->cons + n)),
+    mroce_cqe_to_wc(static_cast<const struct mroce_cqe *>(mroce_ring_slot(&cq->ring, cq->cons + n)),
               &wc[n]);
   if (n) {
     cq->cons += n;

@@ -1,6 +1,7 @@
 // The control channel: one request, one reply, on the context's
 // SOCK_SEQPACKET socket, file descriptors by SCM_RIGHTS.
 #include <errno.h>
+#include <stdarg.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +165,16 @@ int mroce_ctrl_call(struct mroce_context *ctx, const struct mroce_call *call) {
   if (err && getenv("METAROCE_DEBUG"))
     fprintf(stderr, "metaroce: control op %u failed: %s%s%s\n", call->op, strerror(err),
             ctx->last_reason[0] ? ": " : "", ctx->last_reason);
+  return err;
+}
+
+int mroce_refuse(struct mroce_context *ctx, int err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx->last_reason, sizeof(ctx->last_reason), fmt, ap);
+  va_end(ap);
+  if (getenv("METAROCE_DEBUG"))
+    fprintf(stderr, "metaroce: refused: %s: %s\n", strerror(err), ctx->last_reason);
   return err;
 }
 

@@ -64,7 +64,7 @@ struct mroce_ah {
 };
 
 struct mroce_cq {
-  struct verbs_cq vcq;
+  struct verbs_cq vcq;  // vcq.cq_ex: start_poll/next_poll/read_* when made by create_cq_ex
   uint32_t cqn;
   pthread_spinlock_t lock;
   void *map;
@@ -74,6 +74,8 @@ struct mroce_cq {
   int qp_refs;        // atomic: QPs using this CQ
   uint64_t events;    // completion events seen (cq_event)
   int channel_peer;   // the daemon-side channel fd (the interposer owns it), or -1
+  uint64_t wc_flags;  // create_cq_ex's IBV_WC_EX_WITH_* (0 for create_cq)
+  struct ibv_wc cur;  // cq_ex: the completion start_poll/next_poll made current
   struct mroce_cq *next;  // in the context's cq_list
 };
 
@@ -85,8 +87,18 @@ struct mroce_wq {
   uint32_t max_sge;
 };
 
+// An ibv_wr_start .. ibv_wr_complete batch (qp_ex.cc), under the SQ lock.
+struct mroce_wr_batch {
+  bool open;               // between wr_start and wr_complete/wr_abort
+  int err;                 // the first error: wr_complete returns it, nothing is posted
+  uint32_t count;          // WQEs built at sq.prod, sq.prod + 1, ...
+  struct mroce_send_wqe *cur;  // the WQE the wr_set_* calls fill, or nullptr
+  bool cur_has_addr;       // UD: wr_set_ud_addr was called for cur
+  char why[MROCE_REASON_LEN];  // the first error's reason
+};
+
 struct mroce_qp {
-  struct verbs_qp vqp;
+  struct verbs_qp vqp;     // vqp.qp_ex: the ibv_wr_* ops when created with send_ops_flags
   uint32_t qpn;
   void *map;
   size_t map_len;
@@ -94,6 +106,8 @@ struct mroce_qp {
   uint32_t max_inline;
   uint32_t sq_sig_all;
   struct mroce_qp_cap cap;
+  uint64_t send_ops_flags;  // ibv_qp_ex: the IBV_QP_EX_WITH_* ops allowed
+  struct mroce_wr_batch wr;
   struct mroce_qp *next;  // in the context's qp_list
 };
 
@@ -177,10 +191,8 @@ struct ibv_pd *mroce_alloc_pd(struct ibv_context *context);
 struct ibv_mw *mroce_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int mroce_dealloc_mw(struct ibv_mw *mw);
 int mroce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
-// The send-WQE builders every posting path shares (post_send, ibv_bind_mw,
-// the extended API's wr_*): each fills one struct mroce_send_wqe.
-int mroce_build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr,
-                         struct mroce_send_wqe *w);
+// Memory-window fills of the send WQE builder below (post_send,
+// ibv_bind_mw and the ibv_wr_* ops share them).
 // BIND_MW of mw with its new rkey; `via` is IBV_MW_TYPE_1 for ibv_bind_mw,
 // IBV_MW_TYPE_2 for IBV_WR_BIND_MW. Leaves wr_id and send_flags to the caller.
 int mroce_wqe_bind_mw(struct mroce_send_wqe *w, const struct ibv_mw *mw, uint32_t rkey,
@@ -217,6 +229,41 @@ int mroce_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 int mroce_destroy_qp(struct ibv_qp *qp);
 int mroce_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int mroce_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+bool mroce_sq_open(const struct ibv_qp *qp);  // RTS, SQD or SQE: sends may be posted
+
+// The send WQE builder: ibv_post_send and the ibv_wr_* ops fill a SQ slot
+// only through these (one mechanism; a new opcode is a new fill function).
+// Each returns 0 or EINVAL (not on this QP type, too many SGEs, over
+// max_inline, inline data on a READ or atomic, no AH).
+int mroce_wqe_check_opcode(const struct mroce_qp *qp, uint8_t opcode);
+void mroce_wqe_init(struct mroce_send_wqe *w, uint64_t wr_id, uint8_t opcode,
+                    uint32_t send_flags);
+void mroce_wqe_set_imm(struct mroce_send_wqe *w, __be32 imm);
+void mroce_wqe_set_invalidate(struct mroce_send_wqe *w, uint32_t rkey);  // SEND_WITH_INV
+void mroce_wqe_set_rdma(struct mroce_send_wqe *w, uint32_t rkey, uint64_t remote_addr);
+void mroce_wqe_set_atomic(struct mroce_send_wqe *w, uint32_t rkey, uint64_t remote_addr,
+                          uint64_t compare_add, uint64_t swap);
+int mroce_wqe_set_ud(struct mroce_send_wqe *w, struct ibv_ah *ah, uint32_t remote_qpn,
+                     uint32_t remote_qkey);
+int mroce_wqe_set_sge_list(const struct mroce_qp *qp, struct mroce_send_wqe *w, size_t n,
+                           const struct ibv_sge *sg);
+int mroce_wqe_add_inline(const struct mroce_qp *qp, struct mroce_send_wqe *w, const void *data,
+                         size_t len);
+
+// ---- extended QP (qp_ex.cc) ----
+struct ibv_qp *mroce_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+
+// ---- extended CQ (cq_ex.cc) ----
+struct ibv_cq_ex *mroce_create_cq_ex(struct ibv_context *context,
+                                     struct ibv_cq_init_attr_ex *attr);
+// Converts one CQE (the one conversion poll_cq and the cq_ex accessors use).
+void mroce_cqe_to_wc(const struct mroce_cqe *e, struct ibv_wc *wc);
+
+// A refusal the provider makes itself: the reason goes where the daemon's
+// go (ctx->last_reason, printed with METAROCE_DEBUG=1). Returns err.
+int mroce_refuse(struct mroce_context *ctx, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 // After publishing a SQ/RQ/SRQ producer: the doorbell, if the NIC sleeps.
 void mroce_ring_doorbell(struct mroce_context *ctx, struct mroce_ring *ring);
 

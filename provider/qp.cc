@@ -38,14 +38,21 @@ int map_qp(struct mroce_qp *qp, int memfd, const struct mroce_create_qp_resp *r)
 
 int check_init_attr(struct mroce_context *ctx, const struct ibv_qp_init_attr *a) {
   if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD)
-    return EOPNOTSUPP;
-  if (a->srq && a->qp_type == IBV_QPT_UD) return EOPNOTSUPP;  // not built yet
-  if (!a->send_cq || !a->recv_cq) return EINVAL;
+    return mroce_refuse(ctx, EOPNOTSUPP, "QP type %d: only RC, UC and UD", a->qp_type);
+  if (a->srq && a->qp_type == IBV_QPT_UD)  // not built yet
+    return mroce_refuse(ctx, EOPNOTSUPP, "a UD QP cannot take its receives from an SRQ");
+  if (!a->send_cq || !a->recv_cq) return mroce_refuse(ctx, EINVAL, "a QP needs both CQs");
   const struct ibv_qp_cap &c = a->cap;
-  if (c.max_send_sge > ctx->dev_attr.max_sge || c.max_recv_sge > ctx->dev_attr.max_sge ||
-      c.max_send_wr > ctx->dev_attr.max_qp_wr || c.max_recv_wr > ctx->dev_attr.max_qp_wr ||
-      c.max_inline_data > ctx->dev_attr.max_inline)
-    return EINVAL;
+  const struct mroce_device_attr &d = ctx->dev_attr;
+  if (c.max_send_wr > d.max_qp_wr || c.max_recv_wr > d.max_qp_wr)
+    return mroce_refuse(ctx, EINVAL, "max_send_wr %u / max_recv_wr %u: max_qp_wr is %u",
+                        c.max_send_wr, c.max_recv_wr, d.max_qp_wr);
+  if (c.max_send_sge > d.max_sge || c.max_recv_sge > d.max_sge)
+    return mroce_refuse(ctx, EINVAL, "max_send_sge %u / max_recv_sge %u: max_sge is %u",
+                        c.max_send_sge, c.max_recv_sge, d.max_sge);
+  if (c.max_inline_data > d.max_inline)
+    return mroce_refuse(ctx, EINVAL, "max_inline_data %u: the device's maximum is %u",
+                        c.max_inline_data, d.max_inline);
   return 0;
 }
 
@@ -158,114 +165,107 @@ void from_mroce_attr(const struct mroce_qp_attr *m, struct ibv_qp_attr *a) {
   a->qkey = m->qkey;
 }
 
+constexpr int kQueryQpMask = (IBV_QP_RATE_LIMIT << 1) - 1;
+
+// query_qp writes only the fields attr_mask names (the caller's other fields
+// stay as they were). No alternate path, SQD notification or rate limit
+// exists: those read as 0.
+void copy_masked(const struct ibv_qp_attr *full, int mask, struct ibv_qp_attr *a) {
+#define MROCE_COPY_IF(bit, field) \
+  if (mask & (bit)) a->field = full->field
+  MROCE_COPY_IF(IBV_QP_STATE, qp_state);
+  MROCE_COPY_IF(IBV_QP_STATE, sq_draining);
+  MROCE_COPY_IF(IBV_QP_CUR_STATE, cur_qp_state);
+  MROCE_COPY_IF(IBV_QP_EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+  MROCE_COPY_IF(IBV_QP_ACCESS_FLAGS, qp_access_flags);
+  MROCE_COPY_IF(IBV_QP_PKEY_INDEX, pkey_index);
+  MROCE_COPY_IF(IBV_QP_PORT, port_num);
+  MROCE_COPY_IF(IBV_QP_QKEY, qkey);
+  MROCE_COPY_IF(IBV_QP_AV, ah_attr);
+  MROCE_COPY_IF(IBV_QP_PATH_MTU, path_mtu);
+  MROCE_COPY_IF(IBV_QP_TIMEOUT, timeout);
+  MROCE_COPY_IF(IBV_QP_RETRY_CNT, retry_cnt);
+  MROCE_COPY_IF(IBV_QP_RNR_RETRY, rnr_retry);
+  MROCE_COPY_IF(IBV_QP_RQ_PSN, rq_psn);
+  MROCE_COPY_IF(IBV_QP_MAX_QP_RD_ATOMIC, max_rd_atomic);
+  MROCE_COPY_IF(IBV_QP_ALT_PATH, alt_ah_attr);
+  MROCE_COPY_IF(IBV_QP_ALT_PATH, alt_pkey_index);
+  MROCE_COPY_IF(IBV_QP_ALT_PATH, alt_port_num);
+  MROCE_COPY_IF(IBV_QP_ALT_PATH, alt_timeout);
+  MROCE_COPY_IF(IBV_QP_MIN_RNR_TIMER, min_rnr_timer);
+  MROCE_COPY_IF(IBV_QP_SQ_PSN, sq_psn);
+  MROCE_COPY_IF(IBV_QP_MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+  MROCE_COPY_IF(IBV_QP_PATH_MIG_STATE, path_mig_state);
+  MROCE_COPY_IF(IBV_QP_CAP, cap);
+  MROCE_COPY_IF(IBV_QP_DEST_QPN, dest_qp_num);
+  MROCE_COPY_IF(IBV_QP_RATE_LIMIT, rate_limit);
+#undef MROCE_COPY_IF
+}
+
+// Outstanding READs/atomics beyond max_qp_rd_atom (the responder's table
+// size) are refused, as query_device reports.
+int check_rd_atomic(struct mroce_context *ctx, const struct ibv_qp_attr *a, int mask) {
+  uint32_t max = ctx->dev_attr.max_qp_rd_atom;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > max)
+    return mroce_refuse(ctx, EINVAL, "max_rd_atomic %u: max_qp_init_rd_atom is %u",
+                        a->max_rd_atomic, max);
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > max)
+    return mroce_refuse(ctx, EINVAL, "max_dest_rd_atomic %u: max_qp_rd_atom is %u",
+                        a->max_dest_rd_atomic, max);
+  return 0;
+}
+
 void ring_doorbell(struct mroce_qp *qp, struct mroce_ring *ring) {
   mroce_ring_doorbell(to_mroce_ctx(qp->vqp.qp.context), ring);
 }
 
-bool opcode_supported(enum ibv_wr_opcode op) {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-    case IBV_WR_LOCAL_INV:
-    case IBV_WR_BIND_MW:
-    case IBV_WR_SEND_WITH_INV:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool is_mw_op(enum ibv_wr_opcode op) {
-  return op == IBV_WR_LOCAL_INV || op == IBV_WR_BIND_MW || op == IBV_WR_SEND_WITH_INV;
-}
-
-bool is_atomic(enum ibv_wr_opcode op) {
+bool is_atomic(uint8_t op) {
   return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
-// Copies the gather list into the WQE's inline area.
-int build_inline(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
-  if (wr->opcode == IBV_WR_RDMA_READ || is_atomic(wr->opcode)) return EINVAL;
-  size_t len = 0;
+bool is_send(uint8_t op) { return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM; }
+
+// post_send's gather list, into the WQE (inline or as SGEs).
+int set_wr_data(const struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
+  if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->sq.max_sge) return EINVAL;
+  if (!(wr->send_flags & IBV_SEND_INLINE))
+    return mroce_wqe_set_sge_list(qp, w, static_cast<size_t>(wr->num_sge), wr->sg_list);
   for (int i = 0; i < wr->num_sge; i++) {
     const struct ibv_sge &s = wr->sg_list[i];
-    if (len + s.length > qp->max_inline) return EINVAL;
-    memcpy(w->u.inline_data + len, reinterpret_cast<const void *>(s.addr), s.length);
-    len += s.length;
+    if (int err = mroce_wqe_add_inline(qp, w, reinterpret_cast<const void *>(s.addr), s.length))
+      return err;
   }
-  w->inline_len = static_cast<uint16_t>(len);
-  w->num_sge = 0;
   return 0;
 }
 
-// UD: a SEND (with or without immediate) to an address handle.
-int build_ud(const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
-  if ((wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) || !wr->wr.ud.ah)
-    return EINVAL;
-  w->ud.ah = to_mroce_ah(wr->wr.ud.ah)->ahn;
-  w->ud.remote_qpn = wr->wr.ud.remote_qpn;
-  w->ud.remote_qkey = wr->wr.ud.remote_qkey;
-  return 0;
-}
-
-}  // namespace
-
-int mroce_build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr,
-                         struct mroce_send_wqe *w) {
-  // UC carries SEND and WRITE (with or without immediate) only; memory
-  // window operations are RC only.
-  bool uc = qp->vqp.qp.qp_type == IBV_QPT_UC;
-  if (uc && (wr->opcode == IBV_WR_RDMA_READ || is_atomic(wr->opcode))) return EINVAL;
-  if (is_mw_op(wr->opcode) && qp->vqp.qp.qp_type != IBV_QPT_RC) return EINVAL;
-  if (!opcode_supported(wr->opcode) || wr->num_sge < 0 ||
-      static_cast<uint32_t>(wr->num_sge) > qp->sq.max_sge)
-    return EINVAL;
-  if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
-    memset(w, 0, offsetof(struct mroce_send_wqe, u));
-    if (int err = build_ud(wr, w)) return err;
-  }
-  if (qp->vqp.qp.qp_type != IBV_QPT_UD) memset(w, 0, offsetof(struct mroce_send_wqe, u));
-  w->wr_id = wr->wr_id;
-  w->opcode = static_cast<uint8_t>(wr->opcode);
-  w->send_flags = wr->send_flags;
-  if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
-    w->imm = ntohl(wr->imm_data);
-  if (wr->opcode == IBV_WR_BIND_MW) {  // type 2 only: type 1 binds through ibv_bind_mw
+// post_send: one ibv_send_wr into one WQE, through the same fill functions
+// the ibv_wr_* API calls (qp_ex.cc).
+int build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mroce_send_wqe *w) {
+  uint8_t op = static_cast<uint8_t>(wr->opcode);
+  if (wr->opcode > 0xff || mroce_wqe_check_opcode(qp, op)) return EINVAL;
+  mroce_wqe_init(w, wr->wr_id, op, wr->send_flags);
+  if (op == IBV_WR_BIND_MW) {  // type 2 only: type 1 binds through ibv_bind_mw
     const struct ibv_mw *mw = wr->bind_mw.mw;
     if (!mw || mw->type != IBV_MW_TYPE_2) return EINVAL;
     return mroce_wqe_bind_mw(w, mw, wr->bind_mw.rkey, &wr->bind_mw.bind_info, IBV_MW_TYPE_2);
   }
-  if (wr->opcode == IBV_WR_LOCAL_INV) {
+  if (op == IBV_WR_LOCAL_INV) {
     mroce_wqe_local_inv(w, wr->invalidate_rkey);
     return 0;
   }
-  if (wr->opcode == IBV_WR_SEND_WITH_INV) w->imm = wr->invalidate_rkey;
-  if (is_atomic(wr->opcode)) {
-    w->remote_addr = wr->wr.atomic.remote_addr;
-    w->rkey = wr->wr.atomic.rkey;
-    w->compare_add = wr->wr.atomic.compare_add;
-    w->swap = wr->wr.atomic.swap;
-  } else if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM &&
-             wr->opcode != IBV_WR_SEND_WITH_INV) {
-    w->remote_addr = wr->wr.rdma.remote_addr;
-    w->rkey = wr->wr.rdma.rkey;
+  if (op == IBV_WR_SEND_WITH_INV) mroce_wqe_set_invalidate(w, wr->invalidate_rkey);
+  if (op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM)
+    mroce_wqe_set_imm(w, wr->imm_data);
+  if (is_atomic(op))
+    mroce_wqe_set_atomic(w, wr->wr.atomic.rkey, wr->wr.atomic.remote_addr,
+                         wr->wr.atomic.compare_add, wr->wr.atomic.swap);
+  else if (!is_send(op) && op != IBV_WR_SEND_WITH_INV)
+    mroce_wqe_set_rdma(w, wr->wr.rdma.rkey, wr->wr.rdma.remote_addr);
+  if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
+    if (int err = mroce_wqe_set_ud(w, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey))
+      return err;
   }
-  if (wr->send_flags & IBV_SEND_INLINE) return build_inline(qp, wr, w);
-  w->num_sge = static_cast<uint8_t>(wr->num_sge);
-  for (int i = 0; i < wr->num_sge; i++)
-    w->u.sg[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-  return 0;
-}
-
-namespace {
-
-bool sq_open(const struct ibv_qp *q) {
-  return q->state != IBV_QPS_RESET && q->state != IBV_QPS_INIT && q->state != IBV_QPS_RTR;
+  return set_wr_data(qp, wr, w);
 }
 
 enum ibv_wc_opcode wc_opcode_of(uint8_t wr_opcode) {
@@ -314,6 +314,91 @@ int flush_wq(struct mroce_qp *qp, struct mroce_wq *wq, bool send, int max, struc
 }
 
 }  // namespace
+
+bool mroce_sq_open(const struct ibv_qp *q) {
+  return q->state != IBV_QPS_RESET && q->state != IBV_QPS_INIT && q->state != IBV_QPS_RTR;
+}
+
+// ---- the send WQE builder: ibv_post_send and ibv_wr_* fill WQEs only here ----
+
+int mroce_wqe_check_opcode(const struct mroce_qp *qp, uint8_t op) {
+  switch (qp->vqp.qp.qp_type) {
+    case IBV_QPT_UD:  // datagrams: SEND, with or without immediate
+      return is_send(op) ? 0 : EINVAL;
+    case IBV_QPT_UC:  // SEND and WRITE, with or without immediate
+      return (is_send(op) || op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM) ? 0
+                                                                                       : EINVAL;
+    default:
+      return (is_send(op) || is_atomic(op) || op == IBV_WR_RDMA_WRITE ||
+              op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ ||
+              op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV ||  // memory windows: RC only
+              op == IBV_WR_SEND_WITH_INV)
+                 ? 0
+                 : EINVAL;
+  }
+}
+
+void mroce_wqe_init(struct mroce_send_wqe *w, uint64_t wr_id, uint8_t opcode,
+                    uint32_t send_flags) {
+  memset(w, 0, offsetof(struct mroce_send_wqe, u));
+  w->wr_id = wr_id;
+  w->opcode = opcode;
+  // Whether the data is inline is the data's business (set_sge / add_inline).
+  w->send_flags = send_flags & ~static_cast<uint32_t>(IBV_SEND_INLINE);
+}
+
+void mroce_wqe_set_imm(struct mroce_send_wqe *w, __be32 imm) { w->imm = ntohl(imm); }
+
+void mroce_wqe_set_invalidate(struct mroce_send_wqe *w, uint32_t rkey) { w->imm = rkey; }
+
+void mroce_wqe_set_rdma(struct mroce_send_wqe *w, uint32_t rkey, uint64_t remote_addr) {
+  w->rkey = rkey;
+  w->remote_addr = remote_addr;
+}
+
+void mroce_wqe_set_atomic(struct mroce_send_wqe *w, uint32_t rkey, uint64_t remote_addr,
+                          uint64_t compare_add, uint64_t swap) {
+  mroce_wqe_set_rdma(w, rkey, remote_addr);
+  w->compare_add = compare_add;
+  w->swap = swap;
+}
+
+int mroce_wqe_set_ud(struct mroce_send_wqe *w, struct ibv_ah *ah, uint32_t remote_qpn,
+                     uint32_t remote_qkey) {
+  if (!ah) return EINVAL;
+  w->ud.ah = to_mroce_ah(ah)->ahn;
+  w->ud.remote_qpn = remote_qpn;
+  w->ud.remote_qkey = remote_qkey;
+  return 0;
+}
+
+int mroce_wqe_set_sge_list(const struct mroce_qp *qp, struct mroce_send_wqe *w, size_t n,
+                           const struct ibv_sge *sg) {
+  if (n > qp->sq.max_sge) return EINVAL;
+  w->send_flags &= ~static_cast<uint32_t>(IBV_SEND_INLINE);
+  w->inline_len = 0;
+  w->num_sge = static_cast<uint8_t>(n);
+  for (size_t i = 0; i < n; i++) w->u.sg[i] = {sg[i].addr, sg[i].length, sg[i].lkey};
+  return 0;
+}
+
+// Appends to the WQE's inline data (the first call starts it).
+int mroce_wqe_add_inline(const struct mroce_qp *qp, struct mroce_send_wqe *w, const void *data,
+                         size_t len) {
+  if (w->opcode == IBV_WR_RDMA_READ || is_atomic(w->opcode)) return EINVAL;
+  if (!(w->send_flags & IBV_SEND_INLINE)) {
+    w->send_flags |= IBV_SEND_INLINE;
+    w->inline_len = 0;
+    w->num_sge = 0;
+  }
+  if (len > qp->max_inline - w->inline_len) return EINVAL;
+  // An empty entry may carry addr 0 (UCX posts one): memcpy must never
+  // see a null source, even for 0 bytes.
+  if (len == 0) return 0;
+  memcpy(w->u.inline_data + w->inline_len, data, len);
+  w->inline_len = static_cast<uint16_t>(w->inline_len + len);
+  return 0;
+}
 
 void mroce_ring_doorbell(struct mroce_context *ctx, struct mroce_ring *ring) {
   if (!mroce_ring_nic_sleeping(ring)) return;
@@ -378,6 +463,7 @@ int mroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask
              "address vector without a GRH: a RoCE QP needs ah_attr.is_global and a destination GID");
     return EINVAL;
   }
+  if (int err = check_rd_atomic(to_mroce_ctx(ibqp->context), attr, attr_mask)) return err;
   struct mroce_modify_qp_req req = {};
   req.qpn = qp->qpn;
   to_mroce_attr(attr, attr_mask, &req.attr);
@@ -398,25 +484,30 @@ int mroce_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask
 int mroce_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
                    struct ibv_qp_init_attr *init_attr) {
   struct mroce_qp *qp = to_mroce_qp(ibqp);
+  struct mroce_context *ctx = to_mroce_ctx(ibqp->context);
+  if (attr_mask & ~kQueryQpMask)
+    return mroce_refuse(ctx, EINVAL, "query_qp: attr_mask 0x%x has bits beyond IBV_QP_RATE_LIMIT",
+                        attr_mask);
   struct mroce_handle_req req = {qp->qpn, 0};
   struct mroce_query_qp_resp resp;
   struct mroce_call call = {MROCE_OP_QUERY_QP, &req, sizeof(req), -1, &resp, sizeof(resp),
                             nullptr, 0};
-  int err = mroce_ctrl_call(to_mroce_ctx(ibqp->context), &call);
+  int err = mroce_ctrl_call(ctx, &call);
   if (err) return err;
-  from_mroce_attr(&resp.attr, attr);
+  struct ibv_qp_attr full;
+  from_mroce_attr(&resp.attr, &full);
   // Capacities are the QP's own, whatever the daemon echoes.
-  attr->cap = {qp->cap.max_send_wr, qp->cap.max_recv_wr, qp->cap.max_send_sge,
-               qp->cap.max_recv_sge, qp->cap.max_inline_data};
+  full.cap = {qp->cap.max_send_wr, qp->cap.max_recv_wr, qp->cap.max_send_sge,
+              qp->cap.max_recv_sge, qp->cap.max_inline_data};
+  copy_masked(&full, attr_mask, attr);
   memset(init_attr, 0, sizeof(*init_attr));
   init_attr->qp_context = ibqp->qp_context;
   init_attr->send_cq = ibqp->send_cq;
   init_attr->recv_cq = ibqp->recv_cq;
   init_attr->srq = ibqp->srq;
-  init_attr->cap = attr->cap;
+  init_attr->cap = full.cap;
   init_attr->qp_type = ibqp->qp_type;
   init_attr->sq_sig_all = static_cast<int>(qp->sq_sig_all);
-  (void)attr_mask;  // everything is reported; libibverbs reads what it asked for
   return 0;
 }
 
@@ -443,7 +534,7 @@ int mroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
   uint32_t start = sq->prod;
   if (mroce_dead(to_mroce_ctx(ibqp->context)))
     err = EIO;
-  else if (!sq_open(ibqp))
+  else if (!mroce_sq_open(ibqp))
     err = EINVAL;
   for (; wr && !err; wr = wr->next) {
     if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= sq->ring.entries) {
@@ -451,7 +542,7 @@ int mroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
       break;
     }
     auto *w = static_cast<struct mroce_send_wqe *>(mroce_ring_slot(&sq->ring, sq->prod));
-    err = mroce_build_send_wqe(qp, wr, w);
+    err = build_send_wqe(qp, wr, w);
     if (!err) sq->prod++;
   }
   bool posted = sq->prod != start;
@@ -469,7 +560,7 @@ int mroce_post_built_wqe(struct mroce_qp *qp, const struct mroce_send_wqe *built
   pthread_spin_lock(&sq->lock);
   if (mroce_dead(to_mroce_ctx(ibqp->context)))
     err = EIO;
-  else if (!sq_open(ibqp))
+  else if (!mroce_sq_open(ibqp))
     err = EINVAL;
   else if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= sq->ring.entries)
     err = ENOMEM;

@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <infiniband/verbs.h>
 #include <unistd.h>
 
@@ -44,6 +45,7 @@ constexpr fw::Time kResolveRetry = 5 * kMs;     // neighbour lookups while resol
 constexpr fw::Time kDrainRetry = 5 * kMs;       // a full channel socket is retried
 constexpr uint32_t kMaxResolveMs = 60'000;
 constexpr uint32_t kStrayRejPerSecond = 256;    // REJs to REQs that made no connection
+constexpr uint32_t kRdmaUdpQkey = 0x01234567;    // RDMA_UDP_QKEY of <rdma/rdma_cma.h>
 
 // The IpAddr (a GID) of a socket address; IPv4 is IPv4-mapped.
 bool ip_of(const sockaddr_storage& a, proto::IpAddr* ip) {
@@ -60,9 +62,34 @@ bool ip_of(const sockaddr_storage& a, proto::IpAddr* ip) {
   return false;
 }
 
+bool is_loopback(const proto::IpAddr& ip) {
+  static const uint8_t v6lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return (ip.is_v4() && ip.bytes[12] == 127) || std::memcmp(ip.bytes.data(), v6lo, 16) == 0;
+}
+
+// The kernel's cma_any_addr: the zero address or a loopback one. An ID
+// bound to either is bound to no device (librdmacm leaves its verbs NULL;
+// libfabric's verbs provider relies on it for "localhost").
 bool is_any(const proto::IpAddr& ip) {
   static const uint8_t v4any[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0, 0, 0};
-  return ip == proto::IpAddr{} || std::memcmp(ip.bytes.data(), v4any, 16) == 0;
+  return ip == proto::IpAddr{} || std::memcmp(ip.bytes.data(), v4any, 16) == 0 || is_loopback(ip);
+}
+
+// Whether any interface of this network namespace has the address
+// (getifaddrs; only on bind's failure path).
+bool host_has_address(const proto::IpAddr& ip) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (const ifaddrs* i = list; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    sockaddr_storage a{};
+    std::memcpy(&a, i->ifa_addr, i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    proto::IpAddr x;
+    found = ip_of(a, &x) && x == ip;
+  }
+  freeifaddrs(list);
+  return found;
 }
 
 uint16_t port_of(const sockaddr_storage& a) {
@@ -101,6 +128,23 @@ cm::Endpoint endpoint_of(const sockaddr_storage& a) {
   ip_of(a, &e.ip);
   if (is_any(e.ip)) e.ip = {};
   e.port = port_of(a);
+  return e;
+}
+
+// Where a connection goes: the destination, or for a loopback one our own
+// source address (the kernel's cma_resolve_loopback: the device talks to
+// itself; the ID still reports the loopback address it was given).
+proto::IpAddr peer_ip(const sockaddr_storage& src, const sockaddr_storage& dst) {
+  proto::IpAddr ip;
+  ip_of(dst, &ip);
+  if (is_loopback(ip)) ip_of(src, &ip);
+  return ip;
+}
+
+cm::Endpoint peer_endpoint(const sockaddr_storage& src, const sockaddr_storage& dst) {
+  cm::Endpoint e;
+  e.ip = peer_ip(src, dst);
+  e.port = port_of(dst);
   return e;
 }
 
@@ -220,7 +264,19 @@ struct CmRole::Id {
   uint32_t start_psn = 0;
   uint8_t tos = 0, ack_timeout = 0;
   bool reuseaddr = false, afonly = false;
+  uint32_t qkey = 0;  // UD: fixed by the first INIT_QP_ATTR or ACCEPT (the kernel's cma_set_qkey)
+  bool ud() const { return cm_qp_type(ps, qp_type) == proto::kCmQpUd; }
 };
+
+// The ID's Q_Key: the one it has, else `want`, else the port space's
+// (RDMA_UDP_QKEY), as the kernel's cma_set_qkey. A different `want` once
+// one is fixed is refused.
+int CmRole::set_qkey(Id& id, uint32_t want, Reply* out) {
+  if (id.qkey && want && want != id.qkey)
+    return fail(out, EINVAL, "Q_Key differs from the one this rdma_cm ID already uses");
+  if (!id.qkey) id.qkey = want ? want : kRdmaUdpQkey;
+  return 0;
+}
 
 struct CmRole::Record {
   mroce_ucma_event_hdr hdr{};
@@ -404,7 +460,7 @@ void CmRole::deliver(const cm::Event& e, fw::Time now) {
     case cm::EventType::kConnectRequest: break;
   }
   if (e.type == cm::EventType::kRejected || e.type == cm::EventType::kUnreachable ||
-      e.type == cm::EventType::kTimewaitExit) {
+      e.type == cm::EventType::kTimewaitExit || (e.type == cm::EventType::kEstablished && id.ud())) {
     by_conn_.erase(it);  // the CM forgot it (or will say nothing more of it)
     id.conn = 0;
   }
@@ -420,8 +476,33 @@ void CmRole::raise(Handle counted, const Id& id, Handle named, uint32_t event, i
   r.resp.id = named;
   r.resp.event = event;
   r.resp.status = static_cast<uint32_t>(status);
-  if (param) to_conn_param(*param, &r.resp.param.conn);
+  auto about = ids_.find(named);  // a CONNECT_REQUEST's new ID holds its addresses
+  if (param && id.ud()) to_ud_param(about == ids_.end() ? id : about->second, *param, &r.resp.param.ud);
+  else if (param) to_conn_param(*param, &r.resp.param.conn);
   push(ch->second, r);
+}
+
+// The peer's QP, Q_Key and the address handle to reach it (ESTABLISHED of
+// an active UD ID), or a UD CONNECT_REQUEST's private data.
+void CmRole::to_ud_param(const Id& id, const cm::ConnParam& p, rdma_ucm_ud_param* u) const {
+  u->qp_num = p.qpn;
+  u->qkey = p.qkey;
+  const size_t n = std::min(p.private_data.size(), sizeof u->private_data);
+  if (n) std::memcpy(u->private_data, p.private_data.data(), n);
+  u->private_data_len = static_cast<uint8_t>(n);
+  proto::IpAddr sip, dip;
+  if (!id.has_dst || !ip_of(id.dst, &dip) || !ip_of(id.src, &sip)) return;
+  std::memcpy(u->ah_attr.grh.dgid, dip.bytes.data(), 16);
+  u->ah_attr.grh.sgid_index = gid_index(sip);
+  u->ah_attr.grh.hop_limit = 64;
+  u->ah_attr.grh.traffic_class = id.tos;
+  u->ah_attr.is_global = 1;
+  u->ah_attr.port_num = 1;
+}
+
+uint8_t CmRole::gid_index(const proto::IpAddr& ip) const {
+  auto g = std::find(port_.gids.begin(), port_.gids.end(), ip);
+  return static_cast<uint8_t>(g == port_.gids.end() ? 0 : g - port_.gids.begin());
 }
 
 void CmRole::push(Channel& ch, Record r) {
@@ -672,8 +753,13 @@ int CmRole::bind_to(Id& id, const sockaddr* addr, size_t len, Reply* out) {
   std::memcpy(&b, addr, need);
   proto::IpAddr ip;
   ip_of(b, &ip);
-  if (!is_any(ip) && !local_address(ip))
-    return fail(out, EADDRNOTAVAIL, "no address of this MetaRoCE device (is metaroced running on it?)");
+  if (!is_any(ip) && !local_address(ip)) {
+    // The kernel's errnos: an address of another interface is ENODEV (no
+    // RDMA device has it), one of no interface EADDRNOTAVAIL.
+    const bool on_host = env_.host_has_address ? env_.host_has_address(ip) : host_has_address(ip);
+    if (on_host) return fail(out, ENODEV, "address is on an interface without a MetaRoCE device");
+    return fail(out, EADDRNOTAVAIL, "no interface has this address");
+  }
   if (port_of(b) == 0) {  // an ephemeral port, as the kernel picks one
     for (uint32_t p = 32768 + random32() % 28000, n = 0; n < 32768; ++n, p = p >= 65535 ? 32768 : p + 1) {
       set_sin_port(b, static_cast<uint16_t>(p));
@@ -767,7 +853,7 @@ void CmRole::try_resolve(Handle h, Id& id, fw::Time now) {
   proto::IpAddr dip;
   ip_of(id.dst, &dip);
   proto::MacAddr mac;
-  const bool ok = local_address(dip) || (env_.link && env_.link->resolve(dip, &mac));
+  const bool ok = is_loopback(dip) || local_address(dip) || (env_.link && env_.link->resolve(dip, &mac));
   if (ok) {
     id.addr = Id::Addr::kResolved;
     counters_.cm_addr_resolved++;
@@ -816,7 +902,10 @@ int CmRole::query_route(Channel& ch, const Cmd& c, Reply* out) {
   if (id->bound) std::memcpy(&r.src_addr, &id->src, std::min(len_of(id->src), sizeof r.src_addr));
   if (id->has_dst) std::memcpy(&r.dst_addr, &id->dst, std::min(len_of(id->dst), sizeof r.dst_addr));
   if (dev) std::memcpy(r.ib_route[0].sgid, sip.bytes.data(), 16);
-  if (id->has_dst && ip_of(id->dst, &dip)) std::memcpy(r.ib_route[0].dgid, dip.bytes.data(), 16);
+  if (id->has_dst) {
+    dip = peer_ip(id->src, id->dst);  // loopback: the device's own GID, as the kernel's
+    std::memcpy(r.ib_route[0].dgid, dip.bytes.data(), 16);
+  }
   if (id->route) {
     r.num_paths = 1;
     r.ib_route[0].pkey = htons(0xFFFF);
@@ -884,7 +973,7 @@ int CmRole::connect(Channel& ch, const Cmd& c, fw::Time now, Reply* out) {
   cm::Output o;
   cm::ConnId conn = 0;
   cm::Status s = cm_.connect(static_cast<proto::PortSpace>(id->ps), cm_qp_type(id->ps, id->qp_type),
-                             endpoint_of(id->src), endpoint_of(id->dst), mine, now, o, &conn);
+                             endpoint_of(id->src), peer_endpoint(id->src, id->dst), mine, now, o, &conn);
   if (!s.ok()) return fail(out, s.err, s.reason);
   id->conn = conn;
   by_conn_[conn] = cmd.id;
@@ -902,8 +991,15 @@ int CmRole::accept(Channel& ch, const Cmd& c, fw::Time now, Reply* out) {
   cm::Output o;
   cm::Status s;
   if (id->passive) {
+    if (id->ud() && set_qkey(*id, cmd.conn_param.qkey, out)) return out->err;
     if (cmd.uid) id->uid = cmd.uid;
-    s = cm_.accept(id->conn, from_conn_param(cmd.conn_param, id->start_psn, link_mtu_enum()), now, o);
+    cm::ConnParam mine = from_conn_param(cmd.conn_param, id->start_psn, link_mtu_enum());
+    mine.qkey = id->qkey;
+    s = cm_.accept(id->conn, mine, now, o);
+    if (s.ok() && id->ud()) {  // answered: the CM resends the REP alone, no event follows
+      by_conn_.erase(id->conn);
+      id->conn = 0;
+    }
   } else {
     s = cm_.establish(id->conn, now, o);
   }
@@ -952,6 +1048,7 @@ int CmRole::init_qp_attr(Channel& ch, const Cmd& c, Reply* out) {
   ib_uverbs_qp_attr a{};
   a.qp_state = cmd.qp_state;
   a.port_num = 1;
+  if (id->ud()) return ud_qp_attr(*id, c, &a, out);
   if (cmd.qp_state == IBV_QPS_INIT) {
     a.qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
     a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -969,8 +1066,7 @@ int CmRole::init_qp_attr(Channel& ch, const Cmd& c, Reply* out) {
     a.max_dest_rd_atomic = info->active ? info->mine.responder_resources : info->theirs.initiator_depth;
     a.min_rnr_timer = 12;
     std::memcpy(a.ah_attr.grh.dgid, info->peer.ip.bytes.data(), 16);
-    auto g = std::find(port_.gids.begin(), port_.gids.end(), info->local.ip);
-    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(g == port_.gids.end() ? 0 : g - port_.gids.begin());
+    a.ah_attr.grh.sgid_index = gid_index(info->local.ip);
     a.ah_attr.grh.hop_limit = 64;
     a.ah_attr.grh.traffic_class = id->tos;
     a.ah_attr.is_global = 1;
@@ -987,6 +1083,26 @@ int CmRole::init_qp_attr(Channel& ch, const Cmd& c, Reply* out) {
     return fail(out, EINVAL, "INIT_QP_ATTR answers INIT, RTR and RTS");
   }
   answer(a, c.out_len, out);
+  return 0;
+}
+
+// A UD QP needs no peer: INIT takes the ID's Q_Key (librdmacm's
+// ucma_init_ud_qp asks for INIT only, then moves the QP to RTR and RTS).
+int CmRole::ud_qp_attr(Id& id, const Cmd& c, ib_uverbs_qp_attr* a, Reply* out) {
+  switch (a->qp_state) {
+    case IBV_QPS_INIT:
+      set_qkey(id, 0, out);
+      a->qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+      a->qkey = id.qkey;
+      break;
+    case IBV_QPS_RTR: a->qp_attr_mask = IBV_QP_STATE; break;
+    case IBV_QPS_RTS:
+      a->qp_attr_mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+      a->sq_psn = id.start_psn;
+      break;
+    default: return fail(out, EINVAL, "INIT_QP_ATTR answers INIT, RTR and RTS");
+  }
+  answer(*a, c.out_len, out);
   return 0;
 }
 

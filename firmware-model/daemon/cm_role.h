@@ -28,6 +28,9 @@
 #include "firmware-model/engine/hal.h"
 #include "firmware-model/engine/types.h"
 
+struct ib_uverbs_qp_attr;
+struct rdma_ucm_ud_param;
+
 namespace metaroce::daemon {
 
 class LinkInterface;
@@ -69,6 +72,9 @@ class CmRole {
     uint64_t node_guid = 0;                          // host order, as DeviceConfig
     uint32_t (*random)(void*) = nullptr;             // comm IDs, PSNs
     void* random_ctx = nullptr;
+    // Whether an interface of the host has the address (bind's ENODEV vs
+    // EADDRNOTAVAIL); empty: getifaddrs.
+    std::function<bool(const proto::IpAddr&)> host_has_address;
   };
   CmRole(const cm::Config& config, const CmLimits& limits, Env env);
   ~CmRole();
@@ -122,6 +128,7 @@ class CmRole {
   int reject(Channel& ch, const Cmd& c, fw::Time now, Reply* out);
   int disconnect(Channel& ch, const Cmd& c, fw::Time now, Reply* out);
   int init_qp_attr(Channel& ch, const Cmd& c, Reply* out);
+  int ud_qp_attr(Id& id, const Cmd& c, ib_uverbs_qp_attr* a, Reply* out);
   int set_option(Channel& ch, const Cmd& c, Reply* out);
   int notify(Channel& ch, const Cmd& c, fw::Time now, Reply* out);
   int migrate_id(Channel& ch, const Cmd& c, Reply* out);
@@ -135,6 +142,9 @@ class CmRole {
   bool local_address(const proto::IpAddr& ip) const;
   bool pick_source(const proto::IpAddr& dst, proto::IpAddr* src) const;
   int admit_id(Channel& ch, Reply* out);
+  int set_qkey(Id& id, uint32_t want, Reply* out);
+  void to_ud_param(const Id& id, const cm::ConnParam& p, rdma_ucm_ud_param* u) const;
+  uint8_t gid_index(const proto::IpAddr& ip) const;
   Handle add_id(Channel& ch, Id id);
   void forget_id(Handle h, fw::Time now);
   void try_resolve(Handle h, Id& id, fw::Time now);
@@ -168,6 +178,7 @@ void CmRole::for_each_counter(F&& f) const {
   MROCE_CM_ROLE_COUNTERS(MROCE_CM_ROLE_VISIT)
 #undef MROCE_CM_ROLE_VISIT
   f("cm_ids_live", ids_.size());  // a gauge: IDs of every client now
+  f("cm_listeners_live", by_listener_.size());  // a gauge: IDs listening now
   cm_.for_each_counter([&](const std::string& name, uint64_t v) { f("cm_" + name, v); });
 }
 

@@ -24,17 +24,28 @@ int backend_refusal(int err, const char* why, const char* op, std::string* reaso
 }
 }  // namespace
 
-// Capabilities beyond mroce_device_attr (its layout stays fixed): today the
-// SRQ caps, 0 when the backend has no SRQs.
+// Capabilities beyond mroce_device_attr (its layout stays fixed): the SRQ
+// caps (0 when the backend has no SRQs), multicast, and the per-context
+// limits, so that ibv_query_device_ex reports what a context can create.
 int ControlPlane::op_query_device_ex(Client& c, const Request& r, Reply* out) {
   mroce_device_attr_ex x{};
+  const fw::DeviceCaps& caps = backend_.caps();
   if (backend_.query_srq(0, 0, nullptr, nullptr) != EOPNOTSUPP) {
-    const fw::DeviceCaps& caps = backend_.caps();
-    x = {caps.max_srq, caps.max_qp_wr, caps.max_sge, {}, 0};
+    x.max_srq = caps.max_srq;
+    x.max_srq_wr = caps.max_qp_wr;
+    x.max_srq_sge = caps.max_sge;
   }
-  // Does the backend have memory windows? (handle 0 is never one: no side effect)
-  if (backend_.dealloc_mw(0, 0) != EOPNOTSUPP)
-    x.max_mw = std::min(backend_.caps().max_mw, config_.limits.max_mw);
+  x.max_mcast_grp = caps.max_mcast_grp;
+  x.max_mcast_qp_attach = caps.max_mcast_qp_attach;
+  const ClientLimits& l = config_.limits;
+  x.ctx_max_qp = l.max_qp;
+  x.ctx_max_cq = l.max_cq;
+  x.ctx_max_mr = l.max_mr;
+  x.ctx_max_pd = l.max_pd;
+  x.ctx_max_ah = l.max_ah;
+  x.ctx_max_srq = l.max_srq;
+  // mw: does the backend have memory windows? (handle 0 is never one: no side effect)
+  if (backend_.dealloc_mw(0, 0) != EOPNOTSUPP) x.max_mw = std::min(caps.max_mw, l.max_mw);
   encode(x, &out->body);
   return 0;
 }

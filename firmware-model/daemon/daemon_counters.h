@@ -21,6 +21,7 @@ namespace metaroce::daemon {
   X(tx_drop_no_neighbor)                                                              \
   X(tx_drop_ring_full)                                                                \
   X(tx_drop_too_big)                                                                  \
+  X(tx_held_ring_full)           /* loop passes the engine was held: TX ring full */    \
   X(reg_mr_refused)              /* range not mapped with that access, or unsafe */   \
   X(ring_bad_producer)           /* SQ/RQ producer index beyond the ring: QP fatal */ \
   X(wqe_bad_sge_count)           /* num_sge above MROCE_MAX_SGE */                    \

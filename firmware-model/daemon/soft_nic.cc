@@ -84,6 +84,20 @@ void SoftNicHal::send(const fw::OutPacket& p) {
   if (io->tx_pending() >= 64) io->tx_flush();
 }
 
+bool SoftNicHal::tx_ready() {
+  io::PacketIo* io = env_.io;
+  if (!io) return true;
+  // A small ring (AF_XDP with little locked memory: 16 slots) keeps a
+  // quarter, so the engine is never held for good.
+  const uint32_t reserve = std::min(kTxReserve, io->tx_capacity() / 4);
+  if (io->tx_room() > reserve) return true;
+  io->tx_flush();  // hand the queued frames over and reclaim the sent ones
+  if (io->tx_room() > reserve) return true;
+  if (!tx_held_) env_.counters->tx_held_ring_full++;
+  tx_held_ = true;
+  return false;
+}
+
 SoftNic::SoftNic(const fw::EngineConfig& config, const SoftNicEnv& env)
     : SoftNicHal(env, config.port), hw::SoftBackend(config, hal()) {
   rx_batch_.resize(64);
@@ -119,12 +133,15 @@ void SoftNic::destroy_owner(fw::OwnerId owner) {
 // `now` is when the pass began; the engine's timers are checked against
 // the clock as it reads after the frames were received.
 int SoftNic::service(fw::Time) {
+  tx_held_ = false;  // set again by this pass's tx_ready() while the ring is full
   int work = poll_rx();
   work += SoftBackend::service(env_.clock->now());
   dma_.flush();  // data lands in memory before its completion is visible
   env_.events->publish();
   if (env_.io && env_.io->tx_pending()) env_.io->tx_flush();
-  return work;
+  // Held packets are work: the loop must not sleep until the ring has room
+  // (the kernel frees it without waking us).
+  return work + (tx_held_ ? 1 : 0);
 }
 
 fw::Time SoftNic::next_deadline() const {

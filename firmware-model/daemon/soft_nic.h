@@ -58,14 +58,27 @@ class SoftNicHal : public fw::PacketPortInterface, public fw::RandomInterface {
   // Frames the engine sends: built in place in the tx ring, or kept for
   // our own rx when addressed to one of our GIDs (loopback QPs).
   void send(const fw::OutPacket& p) override;
+  // Transmit backpressure (hal.h): false while the TX ring has no more
+  // than kTxReserve free buffers after a flush; the engine then holds its
+  // request and READ response packets (unsent, so not timed and not lost)
+  // and the reserve is left for the ACKs and NACKs it still sends.
+  // service() keeps the loop polling until the ring has room again.
+  bool tx_ready() override;
   // Keys and path seeds: getrandom(2), read in batches (MR keys must not
   // be guessable from earlier ones, docs/engine.md §Objects).
   uint64_t next() override;
+
+  // Buffers kept for the packets the engine sends while held (ACK, NACK,
+  // PROBE_REPLY, CM) and for the last QP round started before the check
+  // (kPumpBudget packets of a READ responder); at most a quarter of the
+  // ring, so that a small ring still carries requests.
+  static constexpr uint32_t kTxReserve = 32;
 
   SoftNicEnv env_;
   ProcessDma dma_;
   std::vector<proto::IpAddr> gids_;  // the port's, for the loopback test
   std::deque<std::vector<uint8_t>> loopback_;  // frames to our own GIDs
+  bool tx_held_ = false;  // this pass's tx_ready() said no (counted once per pass)
 
  private:
   std::array<uint64_t, 64> random_{};

@@ -66,7 +66,10 @@ void DefaultCongestionControl::on_ack(const AckSample& s) {
   // CE fraction over packets, EWMA (DCTCP alpha; DCQCN's rate-based cousin).
   const double ce = std::min(pkts, static_cast<double>(std::max<uint16_t>(s.ce_count, s.ce ? 1 : 0)));
   alpha_ = (1 - t_.ecn_g) * alpha_ + t_.ecn_g * (ce / pkts);
+  acked_since_loss_ += acked;
+  last_ce_ = ce > 0;
   if (s.rtt > 0) {
+    last_rtt_ = s.rtt;
     srtt_ = (1 - t_.srtt_g) * srtt_ + t_.srtt_g * static_cast<double>(s.rtt);
     observe_base(s.rtt, s.now);
   }
@@ -93,8 +96,27 @@ void DefaultCongestionControl::on_ack(const AckSample& s) {
   clamp();
 }
 
+// Sparse random loss (a lossy link, not a queue) leaves the window alone:
+// no queue stands behind it (RTT under target, no CE) and it is not part of
+// a burst. Each SACK-detected loss used to cut 25%, so 1% random loss held
+// the window far below the BDP (issue 15).
+bool DefaultCongestionControl::random_loss(uint64_t lost_bytes) const {
+  const double mtu = p_.mtu_bytes;
+  const bool no_queue = last_rtt_ > 0 && last_rtt_ <= target_ && !last_ce_;
+  const bool sparse = acked_since_loss_ >= t_.sparse_loss_gap_mtu * mtu &&
+                      static_cast<double>(lost_bytes) <= 2 * mtu;  // more at once: a burst
+  return no_queue && sparse;
+}
+
 void DefaultCongestionControl::on_loss(Time now, uint64_t lost_bytes) {
-  if (lost_bytes == 0 || !can_decrease(now)) return;
+  if (lost_bytes == 0) return;
+  const bool random = random_loss(lost_bytes);
+  acked_since_loss_ = 0;
+  if (random) {
+    ++losses_ignored_;
+    return;
+  }
+  if (!can_decrease(now)) return;
   decrease(now, 1.0 - t_.loss_md);
 }
 

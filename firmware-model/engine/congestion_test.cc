@@ -81,6 +81,50 @@ TEST_CASE("default_cc__loss_and_timeout_decrease_never_below_floor") {
   CHECK(cc.cwnd_bytes() == doctest::Approx(50));
 }
 
+// docs/congestion.md §2.2: a loss with no queue behind it (latest RTT under
+// target, no CE) and far from the previous one is random: no decrease.
+TEST_CASE("default_cc__sparse_loss_under_target_delay_keeps_the_window") {
+  DefaultCongestionControl cc(params());
+  for (int i = 0; i < 20; ++i) cc.on_ack(ack(1000 * i, 1000, 10'000));
+  const double w = cc.cwnd_bytes();
+  cc.on_loss(100'000, 1000);
+  CHECK(cc.cwnd_bytes() == w);
+  CHECK(cc.losses_ignored() == 1);
+}
+
+// A second loss before 16 MTUs were acknowledged is a burst: congestion.
+TEST_CASE("default_cc__loss_burst_decreases") {
+  DefaultCongestionControl cc(params());
+  for (int i = 0; i < 20; ++i) cc.on_ack(ack(1000 * i, 1000, 10'000));
+  const double w = cc.cwnd_bytes();
+  cc.on_loss(100'000, 1000);
+  cc.on_ack(ack(101'000, 1000, 10'000));
+  const double w1 = cc.cwnd_bytes();
+  CHECK(w1 >= w);
+  cc.on_loss(102'000, 1000);
+  CHECK(cc.cwnd_bytes() == doctest::Approx(w1 * 0.75));
+  CHECK(cc.losses_ignored() == 1);
+  // Five packets lost at once, long after: a burst too.
+  for (int i = 0; i < 20; ++i) cc.on_ack(ack(1'000'000 + 1000 * i, 1000, 10'000));
+  const double w2 = cc.cwnd_bytes();
+  cc.on_loss(2'000'000, 5000);
+  CHECK(cc.cwnd_bytes() == doctest::Approx(w2 * 0.75));
+}
+
+// A loss while the latest RTT sample shows a queue (over target) or CE is
+// congestion, however sparse.
+TEST_CASE("default_cc__loss_behind_a_queue_or_ce_decreases") {
+  for (bool ce : {false, true}) {
+    DefaultCongestionControl cc(params());
+    for (int i = 0; i < 20; ++i) cc.on_ack(ack(1000 * i, 1000, 10'000));
+    cc.on_ack(ack(30'000, 1000, ce ? 10'000 : 40'000, ce ? 1 : 0));  // decreases once
+    const double w = cc.cwnd_bytes();
+    cc.on_loss(10'000'000, 1000);  // several RTTs later: may decrease again
+    CHECK(cc.cwnd_bytes() == doctest::Approx(w * 0.75));
+    CHECK(cc.losses_ignored() == 0);
+  }
+}
+
 TEST_CASE("default_cc__sub_mtu_window_is_paced") {
   DefaultCongestionControl cc(params());
   for (int i = 0; i < 200; ++i) cc.on_timeout(1'000'000 * i);

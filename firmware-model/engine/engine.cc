@@ -1155,6 +1155,7 @@ int Engine::qp_memory(uint32_t qpn, uint64_t* used, uint64_t* bound) const {
   for (const SendWqe& w : q->sq)
     u += w.chunks.capacity() * sizeof(uint64_t) + w.wr.inline_data.capacity();
   u += q->sb.memory_bytes() + q->placed_recvs.capacity() * sizeof(uint32_t);
+  u += q->reads.heap_bytes() + q->held.heap_bytes() + q->atomics.heap_bytes();
   *used = u;
   // docs/engine.md §Memory bounds, term by term.
   const DeviceCaps& c = caps();
@@ -1163,7 +1164,8 @@ int Engine::qp_memory(uint32_t qpn, uint64_t* used, uint64_t* bound) const {
                         uint64_t{c.max_qp_rd_atom} * sizeof(uint64_t);
   *bound = sizeof(Qp) + sq * (sizeof(SendWqe) + c.max_inline + kKeepChunkWords * sizeof(uint64_t)) +
            rq * sizeof(RecvWqe) + live_reads + SendScoreboard::kMaxBytes +
-           4 * kAckEvery * sizeof(uint32_t);
+           4 * kAckEvery * sizeof(uint32_t) + ReadQueue::kMaxHeapBytes + decltype(q->held)::kBytes +
+           decltype(q->atomics)::kBytes;
   return 0;
 }
 

@@ -29,7 +29,7 @@ namespace metaroce::fw {
 inline constexpr uint32_t kReadChunk = 256;   // READ data tracked in 256-byte chunks (smallest MTU)
 inline constexpr uint32_t kRdSlots = 32;      // > max_qp_rd_atom: READ/atomic msn -> WQE
 inline constexpr uint32_t kAtomicCache = 64;  // responder: executed atomics, by PSN
-inline constexpr uint32_t kAckEvery = 2;      // ACK at least every this many packets
+inline constexpr uint32_t kAckEvery = 8;      // ACK at least every this many packets
 // READ responses leave at the port's line rate, with at most this much
 // time's worth sent back to back after an idle spell (responder::run).
 inline constexpr Time kReadPaceBurst = 20'000;  // ns
@@ -39,6 +39,38 @@ inline constexpr Time kReadPaceBurst = 20'000;  // ns
 // bytes; a finished WQE keeps at most kKeepChunkWords of bitmap capacity.
 inline constexpr uint64_t kMaxReadBytes = uint64_t{1} << 31;
 inline constexpr uint32_t kKeepChunkWords = 16;  // READs up to 256 KiB reuse it
+
+// A fixed array of N T's that allocates on its first non-const access:
+// until then it reads as N default T's, and assigning {} frees it. Per-QP
+// state that only READs and atomics use (the responder's READ jobs, held
+// requests and atomic results: 19 KB) is kept in these, so a QP that never
+// serves one costs a pointer each (docs/engine.md §Memory bounds; a
+// 1,024-host all-to-all holds two million QPs).
+template <typename T, size_t N>
+class LazyArray {
+ public:
+  static constexpr size_t size() { return N; }
+  static constexpr uint64_t kBytes = sizeof(std::array<T, N>);  // once allocated
+  bool allocated() const { return a_ != nullptr; }
+  uint64_t heap_bytes() const { return a_ ? kBytes : 0; }
+  const T& operator[](size_t i) const { return view()[i]; }
+  T& operator[](size_t i) { return data()[i]; }
+  const T* begin() const { return view().data(); }
+  const T* end() const { return begin() + N; }
+  T* begin() { return data().data(); }
+  T* end() { return begin() + N; }
+
+ private:
+  std::array<T, N>& data() {
+    if (!a_) a_ = std::make_unique<std::array<T, N>>();
+    return *a_;
+  }
+  const std::array<T, N>& view() const {
+    static const std::array<T, N> defaults{};
+    return a_ ? *a_ : defaults;
+  }
+  std::unique_ptr<std::array<T, N>> a_;
+};
 
 struct SendWqe {
   SendWr wr;
@@ -103,9 +135,10 @@ struct ReadJob {
 };
 
 // The responder's READ jobs in arrival order: front is being answered. A
-// fixed ring (no allocation, O(1) push/pop); at most kReadJobs jobs, and the
-// responder admits at most max_dest_rd_atomic first issues (docs/engine.md
-// §Responder). Scans (find) are bounded by kReadJobs.
+// fixed ring (allocated by the first push and kept, O(1) push/pop); at
+// most kReadJobs jobs, and the responder admits at most max_dest_rd_atomic
+// first issues (docs/engine.md §Responder). Scans (find) are bounded by
+// kReadJobs.
 inline constexpr uint32_t kReadJobs = 2 * kRdSlots;
 
 class ReadQueue {
@@ -129,9 +162,11 @@ class ReadQueue {
     return false;
   }
   void clear() { head_ = tail_ = first_issues_ = 0; }
+  uint64_t heap_bytes() const { return jobs_.heap_bytes(); }
+  static constexpr uint64_t kMaxHeapBytes = LazyArray<ReadJob, kReadJobs>::kBytes;
 
  private:
-  std::array<ReadJob, kReadJobs> jobs_{};
+  LazyArray<ReadJob, kReadJobs> jobs_;
   uint32_t head_ = 0, tail_ = 0;  // sequence numbers: tail_ - head_ jobs
   uint32_t first_issues_ = 0;
 };
@@ -227,10 +262,10 @@ struct Qp {
   uint32_t rq_head = 0, rq_tail = 0;
   RecvWqe& rqe(uint32_t seq) { return rq[seq & rq_mask]; }
   ReadQueue reads;
-  std::array<HeldRequest, kHeldRequests> held{};
+  LazyArray<HeldRequest, kHeldRequests> held;
   uint32_t held_count = 0;
   uint32_t resp_rd_msn = 0;  // read MSN the next first-issue READ/atomic must carry
-  std::array<AtomicResult, kAtomicCache> atomics{};
+  LazyArray<AtomicResult, kAtomicCache> atomics;
   uint32_t pending_acks = 0;
   Time ack_deadline = kNever;
   uint32_t ack_echo_ts = 0;

@@ -561,7 +561,7 @@ void on_request(Core& c, Qp& qp, const proto::Frame& f) {
 }
 
 void drop_held(Qp& qp) {
-  for (HeldRequest& h : qp.held) h.used = false;
+  qp.held = {};  // every slot unused again, and its memory freed
   qp.held_count = 0;
 }
 
@@ -604,6 +604,7 @@ void send_ack(Core& c, Qp& qp, bool dup) {
 uint32_t run(Core& c, Qp& qp, uint32_t budget) {
   uint32_t sent = 0;
   while (sent < budget && !qp.reads.empty() && qp.state != QpState::kErr) {
+    if (sent && !c.hal().packets.tx_ready()) break;  // hal.h: held until the host pumps
     ReadJob& j = qp.reads.front();
     uint32_t len = std::min(qp.mtu, j.length - j.done);
     uint32_t wire = len + static_cast<uint32_t>(proto::header_length(Opcode::kReadResp) +

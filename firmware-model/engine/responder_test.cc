@@ -788,4 +788,32 @@ TEST_CASE("responder__trimmed_request_from_another_address_is_dropped") {
   CHECK(t.b.engine->counters().rx_drop_wrong_source == 1);
   CHECK(t.b.port.log.size() == before);
 }
+
+// hal.h tx_ready: READ responses are held in the engine like requests while
+// the host's transmit queue is full (the daemon would otherwise drop them at
+// its ring and wait for the requester's recovery), and go out, all of them,
+// once the host pumps with room.
+TEST_CASE("responder__full_transmit_queue_holds_read_responses_until_pump") {
+  Bench t;
+  t.connect_pair();
+  auto responses = [&] {
+    return std::count_if(t.b.port.log.begin(), t.b.port.log.end(),
+                         [](const std::string& l) { return l.find("RDMA_READ_RESP") != std::string::npos; });
+  };
+  SendWr r = t.a.wr(WrOpcode::kRdmaRead, 1, 0, 8 * 1024);
+  r.remote_addr = t.b.base();
+  r.rkey = t.b.mr.rkey;
+  for (size_t i = 0; i < 8 * 1024; ++i) t.b.mem[i] = static_cast<uint8_t>(i * 7 + 1);
+  t.b.port.tx_room = 1;
+  REQUIRE(t.a.post_send(r) == 0);
+  REQUIRE(t.run([&] { return responses() >= 1; }));
+  t.b.engine->pump();
+  t.b.engine->pump();
+  CHECK(responses() == 1);  // the rest waits, unsent
+  t.b.port.tx_room = -1;
+  auto sc = run_until_send_cq(t, 1);
+  REQUIRE(sc.size() == 1);
+  CHECK(st(sc[0]) == "SUCCESS");
+  CHECK(std::memcmp(t.a.mem.data(), t.b.mem.data(), 8 * 1024) == 0);
+}
 }  // namespace metaroce::fw::test

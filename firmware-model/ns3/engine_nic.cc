@@ -1,5 +1,6 @@
 #include "firmware-model/ns3/engine_nic.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -53,14 +54,16 @@ EngineNic::EngineNic(uint32_t host, Ptr<ns3::PointToPointNetDevice> dev, size_t 
 
 EngineNic::~EngineNic() { timer_.Cancel(); }
 
-uint32_t EngineNic::open(uint32_t peer_host) {
+uint32_t EngineNic::open(uint32_t peer_host, ConnUse use) {
   fw::QpInitAttr init;
   init.pdn = pdn_;
   init.send_cqn = scq_;
   init.recv_cqn = rcq_;
-  init.cap = {cfg_.send_depth, cfg_.recv_depth, 1, 1, 0};
-  fw::QpCap actual;
   Conn c;
+  c.recv_depth = use == ConnUse::kSend ? 0 : cfg_.recv_depth;
+  const uint32_t send_depth = use == ConnUse::kRecv ? 1 : cfg_.send_depth;
+  init.cap = {send_depth, std::max<uint32_t>(1, c.recv_depth), 1, 1, 0};
+  fw::QpCap actual;
   if (int rc = engine_->create_qp(kOwner, init, &c.qpn, &actual)) {
     NS_FATAL_ERROR("create_qp failed on host " << host_ << ": errno " << rc);
   }
@@ -105,7 +108,7 @@ void EngineNic::connect(uint32_t conn, const ConnAddr& peer) {
                                 fw::kAttrRnrRetry | fw::kAttrSqPsn | fw::kAttrMaxQpRdAtomic);
   }
   if (rc) NS_FATAL_ERROR("modify_qp failed on host " << host_ << ": errno " << rc);
-  post_recvs(c.qpn, cfg_.recv_depth);
+  post_recvs(c.qpn, c.recv_depth);
 }
 
 void EngineNic::post_recvs(uint32_t qpn, uint32_t n) {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -33,10 +34,11 @@ struct EngineNicConfig {
   uint8_t timeout = 14;  // IB encoding (4.096 us x 2^14 = 67 ms)
   uint8_t retry_cnt = 7;
   // Work queue sizes per connection. The engine preallocates every slot
-  // (about 350 B per send and 280 B per receive WQE), which dominates memory
+  // (432 B per send and 312 B per receive WQE), which dominates memory
   // at scale, so they are small: a full send queue parks WRs in a host-side
   // backlog (as a collective library's FIFO would) until a completion frees
-  // a slot; receives are re-posted as soon as one is consumed.
+  // a slot; receives are re-posted as soon as one is consumed. A one-way
+  // connection (ConnUse) gets one slot on the side it does not use.
   uint32_t send_depth = 8;
   uint32_t recv_depth = 16;
   // Transmit backpressure (hal.h tx_ready): the engine holds request
@@ -59,7 +61,7 @@ class EngineNic final : public Nic,
   // Nic
   uint32_t host() const override { return host_; }
   HostMemory& memory() override { return memory_; }
-  uint32_t open(uint32_t peer_host) override;
+  uint32_t open(uint32_t peer_host, ConnUse use) override;
   ConnAddr local_addr(uint32_t conn) const override;
   void connect(uint32_t conn, const ConnAddr& peer) override;
   bool write_imm(uint32_t conn, uint64_t addr, uint64_t remote_addr, uint32_t len, uint32_t imm,
@@ -83,13 +85,16 @@ class EngineNic final : public Nic,
   uint64_t next() override;
 
  private:
+  // Lists, not deques: an empty std::deque allocates ~600 B, and there is
+  // one of each per connection.
   struct Conn {
     uint32_t qpn = 0;
+    uint32_t recv_depth = 0;  // receives kept posted
     ConnAddr peer;
-    std::deque<fw::SendWr> backlog;  // waiting for a send queue slot
+    std::list<fw::SendWr> backlog;  // waiting for a send queue slot
   };
   struct TxQueue {
-    std::deque<ns3::Ptr<ns3::Packet>> frames;
+    std::list<ns3::Ptr<ns3::Packet>> frames;
     bool active = false;
   };
   // Re-arm the timer, hand completions to the workload.

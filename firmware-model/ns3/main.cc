@@ -26,6 +26,14 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --bytes B            per pair (alltoall, incast, permutation) or per rank (allreduce)
                        (alltoall 64 KiB, allreduce 16 MiB, others 1 MiB)
   --qps K              QPs per pair (alltoall)                 (1)
+  --jobs N             N concurrent jobs of the workload, hosts/N each (1)
+  --placement P        disjoint (consecutive hosts) | interleaved (host h in job h % N)  (disjoint)
+  --background F       background traffic: every host sends to a seeded permutation
+                       partner at F x its link rate until the jobs finish (0)
+  --background-bytes B per background message                  (65536)
+  --shared-qp on|off   alltoall: one QP per pair for both directions (off: one per direction)
+  --send-depth N       MetaRoCE send WQE slots per QP           (8)
+  --recv-depth N       MetaRoCE receive WQE slots per QP        (16)
   --channels C         rings (allreduce-ring)                  (4)
   --slices S           pipelined pieces per chunk              (4)
   --senders N          incast senders, 0 = all                 (0)
@@ -43,6 +51,7 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --fail-at-us T       ... T us after the start                (0)
   --loss-link I        random loss on link I ...   --loss P   ... with probability P
   --list-links         print the switch links and exit
+  --scheduler S        ns-3 event scheduler: Heap | Map | Calendar | List  (Map)
   --seed S             (1)     --max-sim-ms M (1000)   --name NAME   --out DIR (.)
 )";
 
@@ -91,6 +100,21 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
       {"delay-ns", [&] { s.topo.link_delay_ns = static_cast<int64_t>(to_u64(v, k)); }},
       {"bytes", [&] { s.work.bytes = to_u64(v, k); }},
       {"qps", [&] { s.work.qps_per_pair = static_cast<uint32_t>(to_u64(v, k)); }},
+      {"shared-qp",
+       [&] {
+         if (v != "on" && v != "off") die("--shared-qp is on or off");
+         s.work.shared_qp = v == "on";
+       }},
+      {"jobs", [&] { s.work.jobs = static_cast<uint32_t>(to_u64(v, k)); }},
+      {"placement",
+       [&] {
+         if (v != "disjoint" && v != "interleaved") die("--placement is disjoint or interleaved");
+         s.work.interleaved = v == "interleaved";
+       }},
+      {"background", [&] { s.work.background = to_f(v, k); }},
+      {"background-bytes", [&] { s.work.background_bytes = to_u64(v, k); }},
+      {"send-depth", [&] { s.send_depth = static_cast<uint32_t>(to_u64(v, k)); }},
+      {"recv-depth", [&] { s.recv_depth = static_cast<uint32_t>(to_u64(v, k)); }},
       {"channels", [&] { s.work.channels = static_cast<uint32_t>(to_u64(v, k)); }},
       {"slices", [&] { s.work.slices = static_cast<uint32_t>(to_u64(v, k)); }},
       {"senders", [&] { s.work.incast_senders = static_cast<uint32_t>(to_u64(v, k)); }},
@@ -132,6 +156,7 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
       {"fail-at-us", [&] { s.fail_at_ns = static_cast<int64_t>(to_f(v, k) * 1e3); }},
       {"loss-link", [&] { s.loss_link = static_cast<int>(to_u64(v, k)); }},
       {"loss", [&] { s.loss = to_f(v, k); }},
+      {"scheduler", [&] { s.scheduler = v; }},
       {"seed", [&] { s.seed = s.work.seed = to_u64(v, k); }},
       {"max-sim-ms", [&] { s.max_sim_ns = static_cast<int64_t>(to_f(v, k) * 1e6); }},
       {"name", [&] { s.name = v; }},
@@ -203,6 +228,17 @@ int main(int argc, char** argv) {
             << ", " << r.completion_us << " us, " << r.ratio << "x ideal (" << r.ideal_us
             << " us), p99 slowdown " << r.slowdown.p99 << ", drops " << r.drops << ", retransmits "
             << r.nic.retransmits << ", pfc pause frames " << r.pfc_pause_frames << ", wall "
-            << r.wall_s << " s, " << r.events << " events\n";
+            << r.wall_s << " s (setup " << r.setup_s << " s), " << r.events << " events, "
+            << r.run_events_per_s << " events/s simulating, peak RSS " << r.peak_rss_mb << " MB\n";
+  for (size_t i = 0; i < r.jobs.size(); ++i) {
+    const fab::JobSummary& j = r.jobs[i];
+    std::cout << "  " << (j.kind == "background" ? "background" : "job " + std::to_string(i)) << ": "
+              << j.hosts << " hosts, " << j.messages << " of " << j.posted << " messages arrived, "
+              << j.bytes << " bytes";
+    if (j.kind != "background")
+      std::cout << ", " << j.completion_us << " us, " << j.ratio << "x ideal (" << j.ideal_us
+                << " us)";
+    std::cout << "\n";
+  }
   return r.completed && r.verify_error.empty() ? 0 : 1;
 }

@@ -67,13 +67,18 @@ struct NicStats {
   std::string detail;                // implementation-specific counters, "k=v ..."
 };
 
+// Which way a connection carries messages, so a NIC sizes its queues for
+// that: a one-way connection needs no receive queue at the sender and no
+// send queue at the receiver (2 million QPs at 1,024 hosts).
+enum class ConnUse { kBoth, kSend, kRecv };
+
 class Nic : public FrameSource, public FrameSink {
  public:
   ~Nic() override = default;
   virtual uint32_t host() const = 0;
   virtual HostMemory& memory() = 0;
   // Creates a connection's local end; returns the local connection id.
-  virtual uint32_t open(uint32_t peer_host) = 0;
+  virtual uint32_t open(uint32_t peer_host, ConnUse use) = 0;
   virtual ConnAddr local_addr(uint32_t conn) const = 0;
   // Connects the local end to the peer's (both sides call it).
   virtual void connect(uint32_t conn, const ConnAddr& peer) = 0;

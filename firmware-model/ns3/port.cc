@@ -9,7 +9,7 @@ namespace metaroce::fabric {
 using ns3::Ptr;
 
 Port::Port(Ptr<ns3::PointToPointNetDevice> dev, int index, FrameSource* src, FrameSink* sink)
-    : dev_(dev), index_(index), src_(src), sink_(sink) {
+    : dev_(dev), broadcast_(dev->GetBroadcast()), index_(index), src_(src), sink_(sink) {
   ns3::DataRateValue rate;
   dev_->GetAttribute("DataRate", rate);
   rate_bps_ = rate.Get().GetBitRate();
@@ -38,7 +38,7 @@ void Port::try_send() {
     busy_ = true;
     ++counters_.tx_frames;
     counters_.tx_bytes += p->GetSize();
-    dev_->Send(p, dev_->GetBroadcast(), kEtherIpv4);
+    dev_->Send(p, broadcast_, kEtherIpv4);
   }
 }
 

@@ -75,6 +75,7 @@ class Port {
   bool lose();
 
   ns3::Ptr<ns3::PointToPointNetDevice> dev_;
+  ns3::Address broadcast_;  // GetBroadcast() parses a string on every call
   int index_;
   FrameSource* src_;
   FrameSink* sink_;

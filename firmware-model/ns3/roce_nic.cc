@@ -49,7 +49,7 @@ RoceNic::~RoceNic() {
   rto_timer_.Cancel();
 }
 
-uint32_t RoceNic::open(uint32_t peer_host) {
+uint32_t RoceNic::open(uint32_t peer_host, ConnUse) {  // its queues grow as needed
   Qp q;
   q.peer.host = peer_host;
   const uint32_t conn = static_cast<uint32_t>(qps_.size());

@@ -56,7 +56,7 @@ class RoceNic final : public Nic {
 
   uint32_t host() const override { return host_; }
   HostMemory& memory() override { return memory_; }
-  uint32_t open(uint32_t peer_host) override;
+  uint32_t open(uint32_t peer_host, ConnUse use) override;
   ConnAddr local_addr(uint32_t conn) const override;
   void connect(uint32_t conn, const ConnAddr& peer) override;
   bool write_imm(uint32_t conn, uint64_t addr, uint64_t remote_addr, uint32_t len, uint32_t imm,

@@ -153,6 +153,8 @@ std::unique_ptr<Nic> make_nic(const Scenario& s, uint32_t h, Fabric& f, uint64_t
     c.engine.caps.max_qp = 1 << 16;
     c.path_mtu = s.mtu;
     c.tx_room_bytes = s.tx_room_bytes;
+    c.send_depth = s.send_depth;
+    c.recv_depth = s.recv_depth;
     if (s.sw.trim) c.engine.trimmed_dscp = kTrimmedDscp;
     return std::make_unique<EngineNic>(h, f.host_device(h), mem, c, seed, handler);
   }
@@ -207,7 +209,14 @@ std::string check(const Scenario& s) {
   if (s.loss < 0 || s.loss >= 1) return "loss must be in [0, 1)";
   if (s.fail_at_ns < 0) return "fail-at must not be negative";
   if (s.max_sim_ns <= 0) return "max-sim must be positive";
+  if (s.scheduler != "Heap" && s.scheduler != "Map" && s.scheduler != "Calendar" &&
+      s.scheduler != "List") {
+    return "scheduler must be Heap, Map, Calendar or List";
+  }
   if (s.work.qps_per_pair > 64) return "at most 64 QPs per pair";
+  if (s.send_depth == 0 || s.send_depth > 4096 || s.recv_depth == 0 || s.recv_depth > 4096) {
+    return "send and receive depth must be 1..4096";
+  }
   if (s.transport == "metaroce" && !fw::make_congestion_control(s.congestion, {})) {
     return "the engine has no congestion control '" + s.congestion +
            "' (docs/congestion.md lists them)";
@@ -219,7 +228,7 @@ std::string check(const Scenario& s) {
 RunResult run(const Scenario& s) {
   RunResult r;
   const auto wall0 = std::chrono::steady_clock::now();
-  ns3::GlobalValue::Bind("SchedulerType", ns3::StringValue("ns3::HeapScheduler"));
+  ns3::GlobalValue::Bind("SchedulerType", ns3::StringValue("ns3::" + s.scheduler + "Scheduler"));
   auto fabric = std::make_unique<Fabric>(s.topo, s.sw);
   if (auto e = check_links(s, fabric->links().size()); !e.empty()) {
     r.error = e;
@@ -227,7 +236,7 @@ RunResult run(const Scenario& s) {
     ns3::Simulator::Destroy();
     return r;
   }
-  auto work = Workload::make(s.work);
+  auto work = Workload::make(s.work, s.topo.link_bps);
   std::vector<std::unique_ptr<Nic>> nics;
   std::vector<Nic*> raw;
   for (uint32_t h = 0; h < s.topo.hosts; ++h) {
@@ -247,7 +256,10 @@ RunResult run(const Scenario& s) {
   ns3::Simulator::Schedule(ns3::NanoSeconds(t0), &sample, fabric.get(), &r.samples, period,
                            work.get());
   ns3::Simulator::Stop(ns3::NanoSeconds(s.max_sim_ns));
+  const auto run0 = std::chrono::steady_clock::now();
+  r.setup_s = std::chrono::duration<double>(run0 - wall0).count();
   ns3::Simulator::Run();
+  r.run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - run0).count();
   r.ran = true;
 
   const int64_t end = ns3::Simulator::Now().GetNanoSeconds();
@@ -260,12 +272,14 @@ RunResult run(const Scenario& s) {
   r.ideal_us = ideal / 1e3;
   r.ratio = r.completed ? r.completion_us / r.ideal_us : 0;
   collect_flows(*work, s, r);
+  r.jobs = work->jobs(s.topo);
   collect_switches(*fabric, static_cast<double>(std::max<int64_t>(end, 1)), r);
   collect_nics(nics, r);
   r.drops = r.drops_buffer + r.drops_random_loss + r.drops_link_down;
   r.events = ns3::Simulator::GetEventCount();
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   r.events_per_s = r.events / std::max(r.wall_s, 1e-9);
+  r.run_events_per_s = r.events / std::max(r.run_s, 1e-9);
   r.peak_rss_mb = peak_rss_mb();
   ns3::Simulator::Destroy();
   return r;
@@ -297,6 +311,11 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
     << ",\n  \"oversubscription\": " << s.topo.oversubscription
     << ",\n  \"bytes\": " << s.work.bytes << ",\n  \"num_paths\": " << s.num_paths
     << ",\n  \"congestion\": " << quote(s.congestion) << ",\n  \"tx_room_bytes\": " << s.tx_room_bytes
+    << ",\n  \"jobs_placed\": " << s.work.jobs << ",\n  \"interleaved\": "
+    << (s.work.interleaved ? "true" : "false") << ",\n  \"background\": " << s.work.background
+    << ",\n  \"background_bytes\": " << s.work.background_bytes
+    << ",\n  \"shared_qp\": " << (s.work.shared_qp ? "true" : "false")
+    << ",\n  \"send_depth\": " << s.send_depth << ",\n  \"recv_depth\": " << s.recv_depth
     << ",\n  \"seed\": " << s.seed
     << ",\n  \"completed\": " << (r.completed ? "true" : "false")
     << ",\n  \"error\": " << quote(r.error)
@@ -326,8 +345,20 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
       << ", \"ecn_marked\": " << t.ecn_marked << ", \"pfc_pause_sent\": " << t.pfc_pause_sent
       << ", \"pfc_paused_us\": " << t.pfc_paused_us << "}";
   }
+  o << "\n  ],\n  \"jobs\": [";
+  for (size_t i = 0; i < r.jobs.size(); ++i) {
+    const JobSummary& j = r.jobs[i];
+    o << (i ? ",\n    " : "\n    ") << "{\"kind\": " << quote(j.kind) << ", \"hosts\": " << j.hosts
+      << ", \"finished\": " << (j.finished ? "true" : "false")
+      << ", \"completion_us\": " << j.completion_us << ", \"ideal_us\": " << j.ideal_us
+      << ", \"ratio_to_ideal\": " << j.ratio << ", \"posted\": " << j.posted
+      << ", \"messages\": " << j.messages
+      << ", \"bytes\": " << j.bytes << "}";
+  }
   o << "\n  ],\n  \"sim_us\": " << r.sim_us << ",\n  \"wall_s\": " << r.wall_s
+    << ",\n  \"setup_s\": " << r.setup_s << ",\n  \"run_s\": " << r.run_s
     << ",\n  \"events\": " << r.events << ",\n  \"events_per_s\": " << r.events_per_s
+    << ",\n  \"run_events_per_s\": " << r.run_events_per_s
     << ",\n  \"peak_rss_mb\": " << r.peak_rss_mb << "\n}\n";
 }
 

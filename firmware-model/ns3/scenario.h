@@ -25,6 +25,7 @@ struct Scenario {
   std::string congestion = "default";
   uint32_t mtu = 4096;
   uint32_t tx_room_bytes = 0;  // NIC transmit backpressure (EngineNicConfig), 0 = off
+  uint32_t send_depth = 8, recv_depth = 16;  // WQE slots per QP (EngineNicConfig)
   // impairments: link indices into Fabric::links()
   int fail_link = -1;
   int64_t fail_at_ns = 0;  // after the start
@@ -33,6 +34,7 @@ struct Scenario {
   uint64_t seed = 1;
   int64_t max_sim_ns = 1'000'000'000;  // give up (reported as not completed)
   int64_t sample_ns = 0;               // queue sampling period, 0 = auto
+  std::string scheduler = "Map";       // ns-3 event scheduler: Heap, Map, Calendar, List
 };
 
 // Applies the transport's switch defaults (PFC and RED for RoCEv2, a
@@ -76,9 +78,12 @@ struct RunResult {
   NicStats nic;              // summed over hosts (queue: max)
   double wall_s = 0;
   uint64_t events = 0;
-  double events_per_s = 0;
+  double events_per_s = 0;      // over the whole wall time
+  double setup_s = 0, run_s = 0;  // wall time building the fabric and QPs; simulating
+  double run_events_per_s = 0;  // events / run_s
   double sim_us = 0;
   uint64_t peak_rss_mb = 0;
+  std::vector<JobSummary> jobs;  // several jobs and/or background: each one's figures
   std::vector<QueueSample> samples;
   std::vector<Flow> flow_records;
 };

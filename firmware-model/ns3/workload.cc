@@ -74,8 +74,9 @@ std::vector<uint8_t> reduced_pattern(uint32_t ranks, uint64_t size, uint64_t see
 
 void Workload::mark_start() { start_ns_ = now_ns(); }
 
-std::pair<uint32_t, uint32_t> Workload::connect(uint32_t a, uint32_t b) {
-  const uint32_t ca = nics_[a]->open(b), cb = nics_[b]->open(a);
+std::pair<uint32_t, uint32_t> Workload::connect(uint32_t a, uint32_t b, bool both_ways) {
+  const uint32_t ca = nics_[a]->open(b, both_ways ? ConnUse::kBoth : ConnUse::kSend);
+  const uint32_t cb = nics_[b]->open(a, both_ways ? ConnUse::kBoth : ConnUse::kRecv);
   nics_[a]->connect(ca, nics_[b]->local_addr(cb));
   nics_[b]->connect(cb, nics_[a]->local_addr(ca));
   return {ca, cb};
@@ -89,33 +90,48 @@ void Workload::post(uint32_t src, uint32_t conn, uint64_t off, uint64_t remote_o
   f.len = len;
   f.tag = t;
   f.start_ns = now_ns();
+  if (flows_.size() > kFlowMask) {
+    set_error("more than 2^28 messages");
+    return;
+  }
   const uint32_t id = static_cast<uint32_t>(flows_.size());
   flows_.push_back(f);
   Nic& n = *nics_[src];
-  if (!n.write_imm(conn, n.memory().base() + off, HostMemory::kBase + remote_off, len, id, id)) {
-    if (error_.empty()) error_ = "host " + std::to_string(src) + ": write_imm refused";
+  const uint32_t imm = imm_tag_ | id;
+  if (!n.write_imm(conn, n.memory().base() + off, HostMemory::kBase + remote_off, len, imm, imm)) {
+    set_error("host " + std::to_string(src) + ": write_imm refused");
   }
 }
 
 void Workload::on_recv(uint32_t host, uint32_t, uint32_t imm, uint32_t len) {
-  if (imm >= flows_.size() || flows_[imm].end_ns >= 0 || flows_[imm].len != len) {
-    if (error_.empty()) error_ = "host " + std::to_string(host) + ": unexpected immediate";
+  const uint32_t id = imm & kFlowMask;
+  if ((imm & ~kFlowMask) != imm_tag_ || id >= flows_.size() || flows_[id].end_ns >= 0 ||
+      flows_[id].len != len) {
+    set_error("host " + std::to_string(host) + ": unexpected immediate");
     return;
   }
-  Flow& f = flows_[imm];
+  Flow& f = flows_[id];
   f.dst = host;
   f.end_ns = now_ns();
   const Flow copy = f;  // on_arrival may post, growing flows_
   on_arrival(copy);
-  if (--remaining_ == 0) {
-    finish_ns_ = now_ns();
+  count_done();
+}
+
+void Workload::count_done() {
+  if (remaining_ == 0 || --remaining_ > 0) return;  // open-ended, or more to come
+  finish_ns_ = now_ns();
+  if (on_done_) {
+    on_done_();
+  } else {
     ns3::Simulator::Stop();
   }
 }
 
 void Workload::on_send_done(uint32_t host, uint32_t, uint64_t wr_id, bool ok) {
   if (!ok && error_.empty()) {
-    error_ = "host " + std::to_string(host) + ": write " + std::to_string(wr_id) + " failed";
+    set_error("host " + std::to_string(host) + ": write " + std::to_string(wr_id & kFlowMask) +
+              " failed");
     ns3::Simulator::Stop();
   }
 }
@@ -218,7 +234,7 @@ class HalvingDoubling final : public Workload {
       const uint32_t d = n_ >> (k + 1);
       for (uint32_t r = 0; r < n_; ++r) {
         if (r & d) continue;
-        auto [a, b] = connect(r, r ^ d);
+        auto [a, b] = connect(r, r ^ d, true);
         conn_[r][k] = a;
         conn_[r ^ d][k] = b;
       }
@@ -338,11 +354,16 @@ class PointToPoint final : public Workload {
   void setup(std::vector<Nic*> nics) override {
     nics_ = std::move(nics);
     // One QP (per k) for each direction of each pair, as NCCL's p2p
-    // connections are: a send connection and a receive connection per peer.
-    for (auto& [s, d] : pairs_) {
-      std::vector<uint32_t> cs;
-      for (uint32_t k = 0; k < cfg_.qps_per_pair; ++k) cs.push_back(connect(s, d).first);
-      conns_.push_back(cs);
+    // connections are: a send connection and a receive connection per peer;
+    // with shared_qp one QP per pair (per k) carries both directions.
+    if (cfg_.shared_qp) {
+      connect_shared();
+    } else {
+      for (auto& [s, d] : pairs_) {
+        std::vector<uint32_t> cs;
+        for (uint32_t k = 0; k < cfg_.qps_per_pair; ++k) cs.push_back(connect(s, d).first);
+        conns_.push_back(cs);
+      }
     }
     for (uint32_t h = 0; h < n_; ++h) {
       fill_pattern(nics_[h]->memory().at(HostMemory::kBase, b_), h, 0, cfg_.seed);
@@ -391,6 +412,24 @@ class PointToPoint final : public Workload {
     return 1;
   }
   uint64_t slot(uint32_t s, uint32_t) const { return cfg_.kind == "permutation" ? 0 : s; }
+  // All-to-all over one QP per pair (per k): pair (s, d) sends on the
+  // lower host's end when s < d, on the other end otherwise.
+  void connect_shared() {
+    std::vector<std::vector<uint32_t>> lo(n_ * uint64_t{n_}), hi(lo.size());
+    for (uint32_t a = 0; a < n_; ++a) {
+      for (uint32_t b = a + 1; b < n_; ++b) {
+        for (uint32_t k = 0; k < cfg_.qps_per_pair; ++k) {
+          auto [ca, cb] = connect(a, b, true);
+          lo[uint64_t{a} * n_ + b].push_back(ca);
+          hi[uint64_t{a} * n_ + b].push_back(cb);
+        }
+      }
+    }
+    for (auto& [s, d] : pairs_) {
+      const uint64_t key = uint64_t{std::min(s, d)} * n_ + std::max(s, d);
+      conns_.push_back(std::move(s < d ? lo[key] : hi[key]));
+    }
+  }
   void on_arrival(const Flow&) override {}
 
   uint32_t n_;
@@ -398,6 +437,206 @@ class PointToPoint final : public Workload {
   std::vector<std::pair<uint32_t, uint32_t>> pairs_;
   std::vector<std::vector<uint32_t>> conns_;
   std::vector<uint32_t> in_;
+};
+
+// ---- background traffic and several jobs sharing the fabric ----
+
+// Open-ended traffic beside the jobs: host s sends `background_bytes`
+// messages to p(s), a seeded single-cycle permutation, one every
+// bytes / (load x link rate) from a seeded phase on, until the run stops.
+// Every message from s carries the same bytes (s's pattern) into the one
+// slot p(s) keeps for it, so overlapping messages agree and the slot is
+// checked once it has received one. Its memory sits after the job's (base).
+class Background final : public Workload {
+ public:
+  Background(const WorkloadConfig& w, std::vector<uint64_t> base, uint64_t link_bps)
+      : Workload(w), base_(std::move(base)), link_bps_(link_bps) {
+    n_ = w.hosts;
+    b_ = w.background_bytes;
+    partner_.resize(n_);
+    std::iota(partner_.begin(), partner_.end(), 0);
+    uint64_t x = w.seed ^ 0xBAC6;
+    for (uint32_t i = n_ - 1; i > 0; --i) std::swap(partner_[i], partner_[mix(++x) % i]);
+  }
+  uint64_t memory_bytes(uint32_t) const override { return 2 * b_; }
+  void setup(std::vector<Nic*> nics) override {
+    nics_ = std::move(nics);
+    for (uint32_t s = 0; s < n_; ++s) conn_.push_back(connect(s, partner_[s]).first);
+    for (uint32_t h = 0; h < n_; ++h)
+      fill_pattern(nics_[h]->memory().at(HostMemory::kBase + base_[h], b_), h, 0, cfg_.seed);
+    arrived_.assign(n_, 0);
+  }
+  void start() override {
+    mark_start();
+    const double gap = line_ns(b_, link_bps_) / cfg_.background;
+    gap_ns_ = std::max<int64_t>(1, static_cast<int64_t>(gap));
+    for (uint32_t s = 0; s < n_; ++s) {
+      const int64_t phase = static_cast<int64_t>(mix(cfg_.seed * 31 + s) % gap_ns_);
+      ns3::Simulator::Schedule(ns3::NanoSeconds(phase), &Background::send, this, s);
+    }
+  }
+  std::string verify() override {
+    std::vector<uint8_t> want(b_);
+    for (uint32_t s = 0; s < n_; ++s) {
+      const uint32_t d = partner_[s];
+      if (!arrived_[d]) continue;
+      auto got = nics_[d]->memory().at(HostMemory::kBase + base_[d] + b_, b_);
+      fill_pattern(want, s, 0, cfg_.seed);
+      auto [a, b] = std::mismatch(got.begin(), got.end(), want.begin());
+      if (a != got.end()) return "background: " + mismatch(d, base_[d] + b_ + (a - got.begin()), *a, *b);
+    }
+    return "";
+  }
+  double ideal_ns(const TopologyConfig&) const override { return 0; }
+  JobSummary summary() const {
+    JobSummary j;
+    j.kind = "background";
+    j.hosts = n_;
+    j.posted = flows().size();
+    for (uint64_t a : arrived_) j.messages += a;
+    j.bytes = j.messages * b_;
+    return j;
+  }
+
+ private:
+  void send(uint32_t s) {
+    post(s, conn_[s], base_[s], base_[partner_[s]] + b_, static_cast<uint32_t>(b_), 0);
+    ns3::Simulator::Schedule(ns3::NanoSeconds(gap_ns_), &Background::send, this, s);
+  }
+  void on_arrival(const Flow& f) override { ++arrived_[f.dst]; }
+
+  uint32_t n_;
+  uint64_t b_;
+  std::vector<uint64_t> base_;
+  uint64_t link_bps_;
+  int64_t gap_ns_ = 1;
+  std::vector<uint32_t> partner_, conn_;
+  std::vector<uint64_t> arrived_;
+};
+
+// Several jobs of one kind on disjoint host sets (consecutive or
+// interleaved), and/or background traffic, over the same NICs. Each NIC's
+// completions are routed by the owner tag in the immediate; a job sees its
+// own ranks (host -> rank), the background all hosts.
+class MultiJob final : public Workload {
+ public:
+  MultiJob(const WorkloadConfig& w, uint64_t link_bps) : Workload(w), link_bps_(link_bps) {
+    WorkloadConfig one = w;
+    one.jobs = 1;
+    one.background = 0;
+    one.hosts = w.hosts / w.jobs;
+    rank_of_.assign(w.hosts, 0);
+    job_of_.assign(w.hosts, 0);
+    hosts_.resize(w.jobs);
+    for (uint32_t h = 0; h < w.hosts; ++h) {
+      const uint32_t j = w.interleaved ? h % w.jobs : h / one.hosts;
+      job_of_[h] = j;
+      rank_of_[h] = static_cast<uint32_t>(hosts_[j].size());
+      hosts_[j].push_back(h);
+    }
+    for (uint32_t j = 0; j < w.jobs; ++j) {
+      one.seed = w.seed + j;
+      jobs_.push_back(Workload::make(one, link_bps));
+      jobs_.back()->set_owner(j, [this] { job_done(); });
+    }
+  }
+  uint64_t memory_bytes(uint32_t h) const override {
+    return job_mem(h) + (cfg_.background > 0 ? 2 * cfg_.background_bytes : 0);
+  }
+  void setup(std::vector<Nic*> nics) override {
+    nics_ = nics;
+    for (uint32_t j = 0; j < jobs_.size(); ++j) {
+      std::vector<Nic*> mine;
+      for (uint32_t h : hosts_[j]) mine.push_back(nics[h]);
+      jobs_[j]->setup(mine);
+    }
+    if (cfg_.background > 0) {
+      std::vector<uint64_t> base(cfg_.hosts);
+      for (uint32_t h = 0; h < cfg_.hosts; ++h) base[h] = job_mem(h);
+      bg_ = std::make_unique<Background>(cfg_, base, link_bps_);
+      bg_->set_owner(kBackgroundTag, [] {});
+      bg_->setup(nics);
+    }
+    expect(jobs_.size());
+  }
+  void start() override {
+    mark_start();
+    for (auto& j : jobs_) j->start();
+    if (bg_) bg_->start();
+  }
+  std::string verify() override {
+    for (uint32_t j = 0; j < jobs_.size(); ++j) {
+      if (auto e = jobs_[j]->verify(); !e.empty()) return "job " + std::to_string(j) + ": " + e;
+    }
+    return bg_ ? bg_->verify() : "";
+  }
+  double ideal_ns(const TopologyConfig& t) const override {
+    double most = 0;
+    for (auto& j : jobs_) most = std::max(most, j->ideal_ns(t));
+    return most;
+  }
+  std::string error() const override {
+    for (auto& j : jobs_)
+      if (!j->error().empty()) return j->error();
+    return bg_ ? bg_->error() : Workload::error();
+  }
+  const std::vector<Flow>& flows() const override {
+    all_.clear();
+    for (auto& j : jobs_) all_.insert(all_.end(), j->flows().begin(), j->flows().end());
+    return all_;
+  }
+  std::vector<JobSummary> jobs(const TopologyConfig& t) const override {
+    std::vector<JobSummary> out;
+    for (auto& j : jobs_) {
+      JobSummary s;
+      s.kind = j->config().kind;
+      s.hosts = j->config().hosts;
+      s.finished = j->finished();
+      s.posted = j->flows().size();
+      s.completion_us = s.finished ? (j->finish_ns() - j->start_ns()) / 1e3 : 0;
+      s.ideal_us = j->ideal_ns(t) / 1e3;
+      s.ratio = s.finished && s.ideal_us > 0 ? s.completion_us / s.ideal_us : 0;
+      for (const Flow& f : j->flows()) {
+        if (f.end_ns < 0) continue;
+        ++s.messages;
+        s.bytes += f.len;
+      }
+      out.push_back(s);
+    }
+    if (bg_) out.push_back(bg_->summary());
+    return out;
+  }
+  void on_recv(uint32_t host, uint32_t conn, uint32_t imm, uint32_t len) override {
+    if (Workload* w = owner(imm, &host)) w->on_recv(host, conn, imm, len);
+  }
+  void on_send_done(uint32_t host, uint32_t conn, uint64_t wr_id, bool ok) override {
+    if (Workload* w = owner(static_cast<uint32_t>(wr_id), &host))
+      w->on_send_done(host, conn, wr_id, ok);
+  }
+
+ private:
+  static constexpr uint32_t kBackgroundTag = 15;
+  uint64_t job_mem(uint32_t h) const { return jobs_[job_of_[h]]->memory_bytes(rank_of_[h]); }
+  // The workload the immediate names, and the host as it knows it.
+  Workload* owner(uint32_t imm, uint32_t* host) {
+    const uint32_t tag = imm >> kFlowBits;
+    if (tag == kBackgroundTag && bg_) return bg_.get();
+    if (tag < jobs_.size() && job_of_[*host] == tag) {
+      *host = rank_of_[*host];
+      return jobs_[tag].get();
+    }
+    set_error("host " + std::to_string(*host) + ": immediate of no job");
+    return nullptr;
+  }
+  void job_done() { count_done(); }
+  void on_arrival(const Flow&) override {}
+
+  uint64_t link_bps_;
+  std::vector<std::unique_ptr<Workload>> jobs_;
+  std::unique_ptr<Background> bg_;
+  std::vector<std::vector<uint32_t>> hosts_;  // job -> its hosts, by rank
+  std::vector<uint32_t> job_of_, rank_of_;    // host -> job, rank in it
+  mutable std::vector<Flow> all_;
 };
 
 std::string check(const WorkloadConfig& w) {
@@ -414,15 +653,24 @@ std::string check(const WorkloadConfig& w) {
       (w.channels == 0 || w.channels > 63 || w.slices == 0 || w.slices > 4095)) {
     return "channels must be 1..63 and slices 1..4095";
   }
-  if (k == "allreduce-hd" && !std::has_single_bit(w.hosts)) {
+  if (w.qps_per_pair == 0) return "qps per pair must be >= 1";
+  if (w.shared_qp && k != "alltoall") return "a shared QP per pair is for alltoall";
+  if (w.jobs == 0 || w.jobs > 14 || w.hosts % w.jobs || w.hosts / w.jobs < 2) {
+    return "jobs must be 1..14 and divide the hosts into jobs of at least 2";
+  }
+  if (k == "allreduce-hd" && !std::has_single_bit(w.hosts / w.jobs)) {
     return "halving-doubling needs a power-of-two host count";
   }
-  if (w.qps_per_pair == 0) return "qps per pair must be >= 1";
+  if (w.background < 0 || w.background > 0.95) return "background load must be in [0, 0.95]";
+  if (w.background > 0 && (w.background_bytes == 0 || w.background_bytes > (1u << 30))) {
+    return "background bytes must be in 1..2^30";
+  }
   if (k == "incast" && w.incast_senders >= w.hosts) return "incast senders must be < hosts";
   return "";
 }
 
-std::unique_ptr<Workload> Workload::make(const WorkloadConfig& w) {
+std::unique_ptr<Workload> Workload::make(const WorkloadConfig& w, uint64_t link_bps) {
+  if (w.jobs > 1 || w.background > 0) return std::make_unique<MultiJob>(w, link_bps);
   if (w.kind == "allreduce-ring") return std::make_unique<RingAllreduce>(w);
   if (w.kind == "allreduce-hd") return std::make_unique<HalvingDoubling>(w);
   return std::make_unique<PointToPoint>(w);

@@ -130,8 +130,13 @@ struct mroce_device_attr_ex {
   uint32_t max_srq;      /* shared receive queues (docs/device-abi.md §2.7) */
   uint32_t max_srq_wr;
   uint32_t max_srq_sge;
-  uint32_t reserved[12];
-  uint32_t max_mw;       /* memory windows, type 1 and 2 (docs/device-abi.md §2.8); 0 none */
+  /* extapi: multicast, and what one context may create (the daemon's
+   * per-connection limits, docs/daemon.md §Limits); 0 from an older daemon */
+  uint32_t max_mcast_grp;
+  uint32_t max_mcast_qp_attach; /* QPs per group */
+  uint32_t ctx_max_qp, ctx_max_cq, ctx_max_mr, ctx_max_pd, ctx_max_ah, ctx_max_srq;
+  uint32_t reserved[4];
+  uint32_t max_mw;       /* mw: memory windows, type 1 and 2 (docs/device-abi.md §2.8); 0 none */
 };
 MROCE_STATIC_ASSERT(sizeof(struct mroce_device_attr_ex) == 64, "device_attr_ex");
 

@@ -126,13 +126,13 @@ struct File {
     std::memcpy(b.data() + sizeof hdr, &cmd, sizeof cmd);
     return file->write(b.data(), b.size());
   }
-  uint32_t create(uint64_t uid = 77) {
+  uint32_t create(uint64_t uid = 77, uint16_t ps = RDMA_PS_TCP) {
     rdma_ucm_create_id_resp resp{};
     rdma_ucm_create_id cmd{};
     cmd.uid = uid;
     cmd.response = reinterpret_cast<uintptr_t>(&resp);
-    cmd.ps = RDMA_PS_TCP;
-    cmd.qp_type = 2;  // IBV_QPT_RC
+    cmd.ps = ps;
+    cmd.qp_type = ps == RDMA_PS_UDP ? 4 : 2;  // IBV_QPT_UD, IBV_QPT_RC
     REQUIRE(run(RDMA_USER_CM_CMD_CREATE_ID, cmd) > 0);
     return resp.id;
   }
@@ -367,6 +367,48 @@ TEST_CASE("cm_role__connect_accept_disconnect_end_to_end") {
   p.dev.pump();
   CHECK(p.server.event(&ev) == kTimewaitExit);
   CHECK(p.client.event(&ev) == kTimewaitExit);
+}
+
+// The UD port space as udaddy uses it: INIT_QP_ATTR gives the passive QP
+// the ID's Q_Key; ACCEPT answers; ESTABLISHED gives the active side the
+// peer's QPN, Q_Key and address handle (rdma_ucm_ud_param).
+TEST_CASE("cm_role__ud_id_keeps_one_qkey") {
+  Device dev;
+  File server{dev, 1}, client{dev, 2};
+  const uint32_t lid = server.create(11, RDMA_PS_UDP);
+  REQUIRE(server.bind_v4(lid, "10.77.0.1", 7174) > 0);
+  REQUIRE(server.listen(lid) > 0);
+  const uint32_t cid = client.create(22, RDMA_PS_UDP);
+  client.connect(cid, 7174);
+  dev.pump();
+  rdma_ucm_event_resp ev{};
+  REQUIRE(server.event(&ev) == kConnectRequest);
+  const uint32_t child = ev.id;
+  rdma_ucm_init_qp_attr q{};
+  ib_uverbs_qp_attr attr{};
+  q.response = reinterpret_cast<uintptr_t>(&attr);
+  q.id = child;
+  q.qp_state = 1;  // IBV_QPS_INIT
+  REQUIRE(server.run(RDMA_USER_CM_CMD_INIT_QP_ATTR, q) > 0);
+  CHECK((attr.qp_attr_mask & (1u << 6)) != 0);  // IBV_QP_QKEY
+  CHECK((attr.qp_attr_mask & (1u << 3)) == 0);  // no IBV_QP_ACCESS_FLAGS on a UD QP
+  CHECK(attr.qkey == 0x01234567u);              // RDMA_UDP_QKEY
+  rdma_ucm_accept a{};
+  a.id = child;
+  a.uid = 33;
+  a.conn_param.qp_num = 0x222;
+  a.conn_param.qkey = 0x42;
+  CHECK(server.run(RDMA_USER_CM_CMD_ACCEPT, a) == -EINVAL);
+  CHECK(reason() == "Q_Key differs from the one this rdma_cm ID already uses");
+  a.conn_param.qkey = 0;
+  REQUIRE(server.run(RDMA_USER_CM_CMD_ACCEPT, a) > 0);
+  dev.pump();
+  REQUIRE(client.event(&ev) == kEstablished);
+  CHECK(ev.param.ud.qp_num == 0x222);
+  CHECK(ev.param.ud.qkey == 0x01234567u);
+  CHECK(ev.param.ud.ah_attr.is_global == 1);
+  CHECK(ev.param.ud.ah_attr.grh.dgid[15] == 1);  // 10.77.0.1, IPv4-mapped
+  CHECK(server.event(&ev) == -1);                // the passive UD side gets no ESTABLISHED
 }
 
 TEST_CASE("cm_role__connect_to_a_port_nobody_listens_on_is_rejected_at_once") {

@@ -95,7 +95,7 @@ TEST_CASE("roce_nic__malformed_and_unknown_frames_are_counted_drops") {
   auto a = ns3::CreateObject<ns3::Node>(), b = ns3::CreateObject<ns3::Node>();
   auto [da, db] = fab::make_link(a, b, 100'000'000'000, 1000);
   fab::RoceNic nic(0, da, 1 << 16, fab::RoceConfig{}, &sink);
-  const uint32_t conn = nic.open(1);
+  const uint32_t conn = nic.open(1, fab::ConnUse::kBoth);
   nic.connect(conn, {1, 0x100, 1});
   std::vector<uint8_t> f(fab::kIpv4UdpHeaders + 12 + 16 + 4 + 64 + 4, 0);
   fab::FlowKey k{fab::host_ip(1), fab::host_ip(0), 0xC000, 4791, 17, 2};
@@ -299,4 +299,76 @@ TEST_CASE("runs_are_deterministic") {
   const auto a = fab::run(s), b = fab::run(s);
   CHECK(a.completion_us == b.completion_us);
   CHECK(a.events == b.events);
+  s.scheduler = "Heap";  // the event order (time, then insertion) is the scheduler's contract
+  const auto h = fab::run(s);
+  CHECK(h.completion_us == a.completion_us);
+  CHECK(h.events == a.events);
+}
+
+// Several jobs on one fabric (WorkloadConfig::jobs): each is routed its own
+// completions, verified on its own hosts and reports its own completion.
+TEST_CASE("jobs__concurrent_alltoalls_each_complete_byte_exact_with_their_own_ratio") {
+  for (bool interleaved : {false, true}) {
+    CAPTURE(interleaved);
+    auto s = scenario("alltoall", "metaroce", 64 * 1024);
+    s.work.jobs = 2;
+    s.work.interleaved = interleaved;
+    REQUIRE(fab::check(s) == "");
+    const auto r = fab::run(s);
+    require_byte_exact(r);
+    REQUIRE(r.jobs.size() == 2);
+    for (const fab::JobSummary& j : r.jobs) {
+      CHECK(j.kind == "alltoall");
+      CHECK(j.hosts == 8);
+      CHECK(j.finished);
+      CHECK(j.messages == 8 * 7);  // every ordered pair of the job's own hosts
+      CHECK(j.bytes == 8 * 7 * 64 * 1024);
+      CHECK(j.ratio >= 1.0);
+    }
+    CHECK(r.flows == 2 * 8 * 7);
+  }
+}
+
+// Background traffic (WorkloadConfig::background) shares the links with the
+// job, so the job takes longer; runs stay deterministic, the background's
+// bytes are verified at its receivers too.
+TEST_CASE("background__slows_a_ring_allreduce_and_stays_deterministic") {
+  auto alone = scenario("allreduce-ring", "metaroce", 1 << 20);
+  auto busy = alone;
+  busy.work.background = 0.5;
+  REQUIRE(fab::check(busy) == "");
+  const auto a = fab::run(alone), b = fab::run(busy), b2 = fab::run(busy);
+  require_byte_exact(a);
+  require_byte_exact(b);
+  REQUIRE(b.jobs.size() == 2);
+  CHECK(b.jobs[1].kind == "background");
+  CHECK(b.jobs[1].messages > 16);  // more than one per host arrived
+  CHECK(b.jobs[1].posted >= b.jobs[1].messages);
+  INFO("alone " << a.completion_us << " us, with background " << b.completion_us << " us");
+  CHECK(b.completion_us > 1.1 * a.completion_us);
+  CHECK(b.flows == a.flows);  // the statistics are the job's messages only
+  CHECK(b2.completion_us == b.completion_us);
+  CHECK(b2.events == b.events);
+  CHECK(b2.jobs[1].messages == b.jobs[1].messages);
+}
+
+TEST_CASE("scenario__rejects_jobs_and_background_it_cannot_place") {
+  auto s = scenario("alltoall", "metaroce", 4096);
+  s.work.jobs = 3;
+  CHECK(fab::check(s) == "jobs must be 1..14 and divide the hosts into jobs of at least 2");
+  s.work.jobs = 2;
+  s.work.background = 0.99;
+  CHECK(fab::check(s) == "background load must be in [0, 0.95]");
+  s.work.background = 0;
+  s.work.shared_qp = true;
+  s.work.kind = "incast";
+  CHECK(fab::check(s) == "a shared QP per pair is for alltoall");
+}
+
+// --shared-qp: one QP per pair carries both directions of the all-to-all.
+TEST_CASE("metaroce__alltoall_over_one_qp_per_pair_completes_byte_exact") {
+  auto s = scenario("alltoall", "metaroce", 64 * 1024);
+  s.work.shared_qp = true;
+  s.send_depth = s.recv_depth = 2;
+  require_byte_exact(fab::run(s));
 }

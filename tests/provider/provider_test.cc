@@ -275,6 +275,26 @@ TEST_CASE("post_send__encodes_each_opcode_multi_sge_inline_imm") {
   CHECK(s[2].rkey == 0x66);
 }
 
+// UCX posts inline sends whose gather list holds an empty entry at address
+// 0: it adds nothing and is never copied from (memcpy from a null source is
+// undefined even for 0 bytes; the ASan/UBSan build aborts on it).
+TEST_CASE("post_send__inline_skips_empty_entries_at_address_zero") {
+  QpFixture f;
+  f.to_rts();
+  char a[8] = "abc";
+  ibv_sge sg[3] = {{0, 0, 0}, {reinterpret_cast<uintptr_t>(a), 3, 0x101}, {0, 0, 0}};
+  ibv_send_wr w{};
+  w.opcode = IBV_WR_SEND;
+  w.sg_list = sg;
+  w.num_sge = 3;
+  w.send_flags = IBV_SEND_INLINE;
+  ibv_send_wr *bad = nullptr;
+  REQUIRE(mroce_post_send(f.qp, &w, &bad) == 0);
+  auto *s = reinterpret_cast<mroce_send_wqe *>(f.fake.sq_ring(0) + 1);
+  CHECK(s[0].inline_len == 3);
+  CHECK(memcmp(s[0].u.inline_data, "abc", 3) == 0);
+}
+
 TEST_CASE("post_send__doorbell_only_when_nic_sleeping") {
   QpFixture f;
   f.to_rts();
@@ -399,12 +419,30 @@ TEST_CASE("modify_and_query_qp__round_trip") {
   CHECK(f.qp->state == IBV_QPS_RTR);
   ibv_qp_attr q;
   ibv_qp_init_attr init;
-  REQUIRE(mroce_query_qp(f.qp, &q, IBV_QP_CAP | IBV_QP_STATE, &init) == 0);
+  REQUIRE(mroce_query_qp(f.qp, &q, IBV_QP_CAP | IBV_QP_STATE | IBV_QP_DEST_QPN, &init) == 0);
   CHECK(q.qp_state == IBV_QPS_RTS);
   CHECK(q.dest_qp_num == 0x99);
   CHECK(q.cap.max_inline_data == 64);
   CHECK(init.cap.max_send_sge == 4);
   CHECK(init.qp_type == IBV_QPT_RC);
+}
+
+TEST_CASE("query_qp__writes_only_the_masked_fields_and_refuses_unknown_bits") {
+  QpFixture f;
+  ibv_qp_attr q;
+  ibv_qp_init_attr init;
+  memset(&q, 0xab, sizeof(q));
+  REQUIRE(mroce_query_qp(f.qp, &q, IBV_QP_PATH_MTU, &init) == 0);
+  CHECK(q.path_mtu == IBV_MTU_1024);
+  CHECK(q.dest_qp_num == 0xababababu);  // not asked: untouched
+  CHECK(q.cap.max_send_wr == 0xababababu);
+  CHECK(q.qp_state == static_cast<ibv_qp_state>(0xabababab));
+  REQUIRE(mroce_query_qp(f.qp, &q, IBV_QP_CAP, &init) == 0);
+  CHECK(q.cap.max_inline_data == 64);
+  CHECK(q.dest_qp_num == 0xababababu);
+  CHECK(init.cap.max_send_sge == 4);  // init_attr is always filled
+  CHECK(mroce_query_qp(f.qp, &q, IBV_QP_RATE_LIMIT << 1, &init) == EINVAL);
+  CHECK(std::string(f.ctx->last_reason).find("attr_mask") != std::string::npos);
 }
 
 TEST_CASE("modify_qp__address_vector_without_grh_is_einval_with_reason") {

@@ -105,6 +105,52 @@ t_ucx_info() {
   ucx_in a ibv_devinfo -v -d "$MROCE_DEV_A" | grep -q "::ffff:$MROCE_IP_A, RoCE v2" || e2e_fail "no RoCE v2 GID"
 }
 
+# UCX's client/server connection establishment through rdma_cm (issue
+# 12): UCX 1.13's ucx_perftest has no sockaddr mode (it swaps worker
+# addresses over its own TCP socket, src/tools/perf/perftest.c), so the
+# stock program for it is ucx-utils' io_demo (UCP listener, ucp_ep_create
+# with a socket address). UCX_SOCKADDR_TLS_PRIORITY=rdmacm leaves rdma_cm
+# as the only connection manager (no TCP fallback); the server daemon's CM
+# must count the connection, UCX must name the metaroce lanes, io_demo
+# checks every buffer (-q) and the daemons must carry the data.
+cm_counter_of() {  # a|b NAME (metaroce-ctl stat -a)
+  local ctl; ctl=$(mroce_find_bin metaroce-ctl tools/metaroce-ctl) || return 1
+  if [ "$1" = a ]; then mroce_in_a "$ctl" --sysfs-root "$MROCE_SYSFS_A" stat -a "$MROCE_DEV_A"
+  else mroce_in_b "$ctl" --sysfs-root "$MROCE_SYSFS_B" stat -a "$MROCE_DEV_B"; fi |
+    awk -v n="$2" '$1 == n {print $2; exit}'
+}
+t_rdmacm_info() {
+  local out=$E2E_RUN_DIR/ucx_info_cm.log
+  ucx_in a ucx_info -d >"$out" 2>&1 || e2e_fail "ucx_info -d failed"
+  grep -q "^# Connection manager: rdmacm" "$out" || e2e_fail "ucx_info -d lists no rdmacm connection manager: $(grep -i 'connection manager' "$out")"
+}
+t_rdmacm_io_demo() {
+  local name=rdmacm_io_demo spid rc=0 before after est0 est1 iters=200
+  local log_s=$E2E_RUN_DIR/$name.server.log log_c=$E2E_RUN_DIR/$name.client.log
+  local opts=(-d 4096:65536 -o write,read -q)  # -q on both: the server fills, the client checks
+  PORT=$((PORT + 1))
+  before=$(( $(tx_bytes a) + $(tx_bytes b) )); est0=$(cm_counter_of a cm_established)
+  ucx_in a env UCX_SOCKADDR_TLS_PRIORITY=rdmacm UCX_NET_DEVICES="$MROCE_DEV_A:1" io_demo -p $PORT "${opts[@]}" >"$log_s" 2>&1 &
+  spid=$!; e2e_track_pid "$spid"
+  wait_for 60 grep -q "started listener .* on 0.0.0.0:$PORT" "$log_s" || e2e_fail "$name: server never listened: $(cat "$log_s")"
+  ucx_in b env UCX_SOCKADDR_TLS_PRIORITY=rdmacm UCX_NET_DEVICES="$MROCE_DEV_B:1" io_demo -p $PORT "${opts[@]}" \
+    -i $iters "$MROCE_IP_A" >"$log_c" 2>&1 || rc=$?
+  kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null || true  # the server runs until stopped
+  after=$(( $(tx_bytes a) + $(tx_bytes b) )); est1=$(cm_counter_of a cm_established)
+  echo "== server"; grep -v "failed to get boot id\|DEMO\] active" "$log_s" | tail -20
+  echo "== client"; grep -v "failed to get boot id\|DEMO\] active" "$log_c" | tail -20
+  [ $rc = 0 ] || { daemon_stats; e2e_fail "$name: client exit $rc"; }
+  grep -q "got new connection request .* from client $MROCE_IP_B:" "$log_s" || e2e_fail "$name: the server saw no connection request"
+  grep -q 'due to "End of the Client run"' "$log_c" || e2e_fail "$name: the client did not finish its $iters operations"
+  # io_demo's own failures ("[DEMO] ERROR: ... data corruption"); the server's "detected error: Connection reset" is the client leaving.
+  ! grep -q "\\[DEMO\\] ERROR\\|corruption" "$log_c" "$log_s" || e2e_fail "$name: io_demo reported: $(grep "\\[DEMO\\] ERROR\\|corruption" "$log_c" "$log_s")"
+  grep -Eq "ep_cfg\[[0-9]+\]: .*[a-z]+_verbs/$MROCE_DEV_B:1" "$log_c" || e2e_fail "$name: UCX chose no metaroce lane"
+  [ "${est1:-0}" -gt "${est0:-0}" ] || e2e_fail "$name: the server daemon's CM counted no connection (${est0:-0} -> ${est1:-0})"
+  echo "FIGURE: $name $(grep 'total:' "$log_c" | tail -1 | sed 's/^\[[0-9.]*\] //')"
+  echo "daemon tx_bytes grew by $((after - before)); cm_established ${est0:-0} -> $est1"
+  [ $((after - before)) -gt $((4096 * iters)) ] || e2e_fail "$name: the daemons sent only $((after - before)) bytes"
+}
+
 # One case per (UCX_TLS, test): a function named after both, as e2e_case runs.
 cases() {  # tls transport-pattern
   local tls=$1 want=$2 n=${1//_/} spec t size iters
@@ -121,4 +167,6 @@ cases default '[a-z]+_verbs'
 e2e_case uct_rc_verbs_atomic_add t_uct_add
 e2e_case uct_rc_verbs_atomic_fadd t_uct_fadd
 e2e_case uct_rc_verbs_atomic_cswap t_uct_cswap
+e2e_case ucx_info_lists_rdmacm t_rdmacm_info
+e2e_case rdmacm_io_demo_write_read t_rdmacm_io_demo
 e2e_finish

@@ -5,8 +5,8 @@ One run, one machine, one kind of link (the tests/lib/netns.sh veth pair
 between two namespaces named $MROCE_PREFIX-a/-b, default mroce-bench):
 
   1. references, with no daemon on the link: kernel TCP (one iperf3 stream),
-     raw frame rates (tests/io io_pingpong: AF_PACKET and AF_XDP, 1514-B
-     frames), kernel UDP socket ping-pong round trip (tools/benchlib
+     raw frame rates (tests/io io_pingpong: AF_PACKET and AF_XDP, frames of
+     MetaRoCE's full-MTU data packet on this link: metaroce_frame_bytes), kernel UDP socket ping-pong round trip (tools/benchlib
      udp_pingpong, 8-B messages, both sides spinning);
   2. per backend (--io packet, --io xdp; the network is rebuilt for each):
      perftest ib_write_bw over message sizes, ib_read_bw and ib_send_bw
@@ -33,13 +33,28 @@ import subprocess
 import sys
 import time
 
+import cm_bench  # cmasan: connection setup rows (tools/benchlib/cm_bench.py)
+
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 NETNS_SH = os.path.join(TOP, "tests/lib/netns.sh")
 LAUNCHER = os.path.join(TOP, "kmod-shim/launcher/metaroce-run")
 TARGETS = ["//firmware-model/daemon:metaroced", "//provider:libmetaroce-rdmav34.so",
            "//kmod-shim/launcher:all", "//tests/io:io_pingpong", "//tools/benchlib:udp_pingpong",
-           "//tools/impair:mroce-impair"]
+           "//tools/impair:mroce-impair", "//tools:metaroce-ctl"]
 KIB, MIB = 1024, 1024 * 1024
+# Device counters read around every perftest run (metaroce-ctl stat, both
+# daemons): the transmit path's drops and holds, and the recovery they cause.
+COUNTERS = ["tx_drop_ring_full", "tx_held_ring_full", "tx_retransmits", "timeouts", "tx_packets"]
+
+
+def metaroce_frame_bytes(link_mtu):
+    """The Ethernet frame of a full-MTU MetaRoCE data packet (RDMA WRITE middle, IPv4): the
+    RDMA MTU the daemon reports for this link (control_plane.cc active_ibv_mtu: the largest
+    IB MTU that fits with IPv6 + UDP + MBTH + RETH + IMM + ICRC) + Ethernet 14 + IPv4 20 +
+    UDP 8 + MBTH 24 + ICRC 4."""
+    room = link_mtu - (40 + 8 + 24 + 16 + 4 + 4)
+    ib = max([m for m in (256, 512, 1024, 2048, 4096) if m <= room] or [256])
+    return ib + 14 + 20 + 8 + 24 + 4
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # Impairments. With sch_netem: `tc qdisc replace dev <veth> root netem SPEC`
@@ -216,6 +231,7 @@ class Bench:
             "io_pingpong": os.path.join(bindir, "tests/io/io_pingpong"),
             "udp_pingpong": os.path.join(bindir, "tools/benchlib/udp_pingpong"),
             "mroce_impair": os.path.join(bindir, "tools/impair/mroce-impair"),
+            "ctl": os.path.join(bindir, "tools/metaroce-ctl"),
         }
         for k, v in paths.items():
             if not os.path.exists(v):
@@ -355,6 +371,7 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
 
     def ref_frames(self, io):
         runs = []
+        frame = metaroce_frame_bytes(self.a.mtu)
         count = 100000 if self.a.quick else 300000
         for i in range(1 if self.a.quick else 3):
             ready = os.path.join(self.out, "run", "sink-%s-%d.ready" % (io, i))
@@ -370,7 +387,7 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
             src_rc, src_out, _ = self.procs.run("frames-source-%s" % io, self.in_ns("A", [
                 self.bin["io_pingpong"], "--role=source", "--if=" + self.net["IF_A"], "--io=" + io,
                 "--src-ip=" + self.net["IP_A"], "--dst-ip=" + self.net["IP_B"], "--dst-mac=" + self.net["MAC_B"],
-                "--count=%d" % count, "--size=1514"]), 60)
+                "--count=%d" % count, "--size=%d" % frame]), 60)
             rc, out, to = self.procs.wait(sink, 30)
             m = re.search(r"sink: (\d+)/(\d+) frames intact.*?([\d.]+) Mpps, ([\d.]+) Gbit/s", out)
             if not m:
@@ -380,7 +397,7 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
                          "sent": count, "backend": backend.group(1).rstrip(",") if backend else io})
         med = statistics.median(r["gbps"] for r in runs)
         best = min(runs, key=lambda r: abs(r["gbps"] - med))
-        return {"status": "ok", "gbps": best["gbps"], "mpps": best["mpps"], "frame_bytes": 1514,
+        return {"status": "ok", "gbps": best["gbps"], "mpps": best["mpps"], "frame_bytes": frame,
                 "backend": best["backend"], "runs": runs,
                 "note": "io_pingpong source (tx --io %s, unpaced) -> sink (rx --io %s), ICRC checked, median of %d"
                         % (io, io, len(runs))}
@@ -440,6 +457,7 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
                 rc, out, _ = self.procs.wait(srv, 1)
                 raise RuntimeError("server did not listen (exit %s): %s" % (rc, tail(out)))
             pids = (self.net["PID_A"], self.net["PID_B"])
+            k0 = self.counters()
             c0 = [cpu_ticks(p) for p in pids]
             t0 = time.monotonic()
             cli = self.procs.start("%s-%d-client" % (tool, size),
@@ -450,11 +468,14 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
             c1 = [cpu_ticks(p) for p in pids]
         finally:
             src, sout, sto = self.procs.wait(srv, max(3, deadline - time.monotonic()))
+        k1 = self.counters()
         if to:
             raise RuntimeError("timeout after %.0f s (client log %s)" % (timeout, os.path.basename(cli.logpath)))
         if rc != 0 or src != 0:
             raise RuntimeError("client exit %s, server exit %s: %s" % (rc, "timeout" if sto else src, tail(out + sout)))
         r = {"status": "ok", "wall_s": wall, "log": os.path.basename(cli.logpath)}
+        if k0 is not None and k1 is not None:
+            r["counters"] = {n: k1.get(n, 0) - k0.get(n, 0) for n in COUNTERS}
         if None not in c0 and None not in c1:
             r["daemon_cpu_s"] = [(b - a) / CLK_TCK for a, b in zip(c0, c1)]
         if tool.endswith("_lat"):
@@ -478,6 +499,20 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
                 r["daemon_cpu_s_per_gb"] = sum(r["daemon_cpu_s"]) / (moved / 1e9)
                 r["daemon_cpu_util"] = sum(r["daemon_cpu_s"]) / wall if wall else None
         return r
+
+    def counters(self):
+        """COUNTERS summed over both daemons (metaroce-ctl stat), or None if unreadable."""
+        tot = {}
+        for side in ("A", "B"):
+            rc, out, _ = self.procs.run("ctl-stat-" + side, self.in_ns(side, [
+                self.bin["ctl"], "--sysfs-root", self.net["SYSFS_" + side], "stat", "-a", self.net["DEV_" + side]]), 20)
+            if rc != 0:
+                return None
+            for line in out.splitlines():
+                f = line.split()
+                if len(f) == 2 and f[0] in COUNTERS and f[1].isdigit():
+                    tot[f[0]] = tot.get(f[0], 0) + int(f[1])
+        return tot
 
     def guard(self, name, fn):
         """Runs one test; any failure becomes a record, never a crash."""
@@ -554,6 +589,7 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
         lat_iters = 2000 if self.a.quick else 5000
         for tool in ("ib_write_lat", "ib_send_lat"):
             pt.append(self.run_pt(io, tool, 8, lat_iters))
+        self.guard("connection setup", lambda: cm_bench.rows(self, io))  # cmasan: cmtime vs TCP
         self.impairments(io)
         self.save_daemon_logs(io, "end")
         self.net_down()
@@ -625,7 +661,7 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
         return seen, dropped, None
 
     def impairments(self, io):
-        tools = ["ib_write_bw"] if self.a.quick else ["ib_write_bw", "ib_read_bw"]
+        tools = ["ib_write_bw", "ib_read_bw"]  # both: the loss goals name write and read
         method = "netem" if self.has_netem() else "hop"
         size = 64 * KIB
         if method == "hop":
@@ -741,6 +777,9 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
             self.references()
         for io in self.a.backends:
             self.backend(io)
+        if not self.a.only_impairments:  # UCX and Open MPI rows (issue 11): tools/benchlib/lib_bench.py
+            import lib_bench
+            lib_bench.run(self, self.a.backends[0])
         self.results["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
         self.results["duration_s"] = round(time.monotonic() - t0, 1)
 
@@ -779,6 +818,10 @@ def summary(r):
         extra = ""
         if r.get("daemon_cpu_s_per_gb") is not None:
             extra = ", daemons %.1f CPU-s/GB" % r["daemon_cpu_s_per_gb"]
+        k = r.get("counters")
+        if k:
+            extra += ", ring drops %d, held %d, retx %d" % (k["tx_drop_ring_full"], k["tx_held_ring_full"],
+                                                           k["tx_retransmits"])
         return "%.2f Gbit/s%s" % (r["gbps"], extra)
     return "ok"
 

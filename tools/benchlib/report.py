@@ -73,6 +73,65 @@ def ref_row(name, r, fig):
     return "| %s | %s |" % (name, fig(r) if ok(r) else cell_fail(r))
 
 
+def goal_rows(results):
+    """One row per goal and backend: (goal, backend, measured, ratio, target text, met or None)."""
+    refs = results["references"]
+    tcp, udp = refs.get("tcp") or {}, refs.get("udp") or {}
+    rows = []
+    for b in backends(results):
+        io = io_label(b)
+        raw = refs.get("af_xdp" if b == "xdp" else "af_packet") or {}
+        w = find(results, b, "ib_write_bw", 64 * KIB)
+        v = ratio(w["gbps"], tcp.get("gbps")) if ok(w) and ok(tcp) else None
+        rows.append(("64 KiB ib_write_bw / one TCP stream", io, w and ok(w) and "%.2f Gbit/s" % w["gbps"], v,
+                     ">= 1.0 (floor 0.8)", None if v is None else v >= 1.0))
+        lat = find(results, b, "ib_write_lat", 8)
+        v = ratio(2 * lat["t_typical_us"], udp.get("rtt_p50_us")) if ok(lat) and ok(udp) else None
+        rows.append(("8 B ib_write_lat round trip / UDP ping-pong RTT p50", io,
+                     lat and ok(lat) and "%.1f us" % (2 * lat["t_typical_us"]), v, "<= 2.0",
+                     None if v is None else v <= 2.0))
+        for tool, target in (("ib_write_bw", 0.95), ("ib_read_bw", 0.90)):
+            for cond in ("loss 1%", "loss 1% + delay 1ms"):
+                r = find(results, b, tool, 64 * KIB, cond)
+                base = baseline(results, b, tool, 64 * KIB)
+                v = ratio(r["gbps"], base) if ok(r) else None
+                rows.append(("64 KiB %s retained at %s" % (tool.replace("ib_", "").replace("_bw", ""), cond), io,
+                             r and ok(r) and "%.2f Gbit/s" % r["gbps"], v, ">= %.2f" % target,
+                             None if v is None else v >= target))
+        v = ratio(w.get("daemon_cpu_s_per_gb"), tcp.get("cpu_s_per_gb")) if ok(w) and ok(tcp) else None
+        rows.append(("daemon CPU per GB (64 KiB write) / TCP's", io,
+                     w and ok(w) and w.get("daemon_cpu_s_per_gb") is not None and "%.2f s/GB" % w["daemon_cpu_s_per_gb"],
+                     v, "<= 1.5", None if v is None else v <= 1.5))
+        m = find(results, b, "ib_write_bw", 64)
+        v = ratio(m.get("mpps"), raw.get("mpps")) if ok(m) and ok(raw) else None
+        rows.append(("64 B message rate / raw frame rate (%s-B frames)" % raw.get("frame_bytes", "?"), io,
+                     m and ok(m) and "%.3f Mpps" % m["mpps"], v, ">= 0.9", None if v is None else v >= 0.9))
+    return rows
+
+
+def goals_table(results):
+    L = ["\n### Goals (issue 15; ratios from this run)\n",
+         "| goal | backend | measured | ratio | target | |", "| --- | --- | --- | --- | --- | --- |"]
+    for goal, io, fig, v, target, met in goal_rows(results):
+        L.append("| %s | %s | %s | %s | %s | %s |" % (goal, io, fig or "not measured", f2(v), target,
+                                                       "not measured" if met is None else ("met" if met else "NOT met")))
+    return L
+
+
+def counters_table(results):
+    """Transmit drops and holds, per perftest run that read them."""
+    L = ["\n### Transmit path counters (both daemons, over each run: metaroce-ctl stat)\n",
+         "| test | size | condition | backend | tx_drop_ring_full | tx_held_ring_full | tx_retransmits | timeouts "
+         "| tx_packets |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results["perftest"] + results["impairments"]:
+        k = r.get("counters")
+        if ok(r) and k and not r["tool"].endswith("_lat"):
+            L.append("| %s | %s | %s | %s | %d | %d | %d | %d | %d |" % (
+                r["tool"], fmt_size(r["size"]), r["condition"], io_label(r["backend"]), k["tx_drop_ring_full"],
+                k["tx_held_ring_full"], k["tx_retransmits"], k["timeouts"], k["tx_packets"]))
+    return L if len(L) > 3 else []
+
+
 def tables(results):
     refs = results["references"]
     tcp = refs.get("tcp") or {}
@@ -97,8 +156,9 @@ def tables(results):
     L.append("| --- | --- |")
     L.append(ref_row("kernel TCP, one iperf3 stream", tcp, lambda r: "%.2f Gbit/s (%s retransmits; iperf3 CPU %.1f s/GB)" % (
         r["gbps"], r.get("retransmits"), r.get("cpu_s_per_gb") or 0)))
-    for k, name in (("af_packet", "raw AF_PACKET, 1514-B frames"), ("af_xdp", "raw AF_XDP, 1514-B frames")):
-        L.append(ref_row(name, refs.get(k), lambda r: "%.2f Gbit/s, %.3f Mpps (%s)" % (r["gbps"], r["mpps"], r["backend"])))
+    for k, name in (("af_packet", "raw AF_PACKET"), ("af_xdp", "raw AF_XDP")):
+        L.append(ref_row(name, refs.get(k), lambda r: "%.2f Gbit/s, %.3f Mpps, %s-B frames (%s)" % (
+            r["gbps"], r["mpps"], r.get("frame_bytes", "?"), r["backend"])))
     L.append(ref_row("UDP socket ping-pong, 8 B, round trip", udp,
                      lambda r: "p50 %.1f us, p99 %.1f us (min %.1f, %d samples)" % (
                          r["rtt_p50_us"], r["rtt_p99_us"], r["rtt_min_us"], r["count"])))
@@ -195,6 +255,9 @@ def tables(results):
         L.append("| iperf3 (kernel TCP) | - | - | %.2f | | %.1f | %.2f | |" % (tcp["gbps"], tcp["seconds"],
                                                                              tcp["cpu_s_per_gb"]))
 
+    L += counters_table(results)
+    L += goals_table(results)
+
     if results.get("events"):
         L.append("\n### Events\n")
         for e in results["events"]:
@@ -225,8 +288,8 @@ def plots(results, out):
         if xs:
             ax.plot(xs, ys, marker=mk, label="MetaRoCE ib_write_bw, %s" % io_label(b))
     styles = [("tcp", "kernel TCP (iperf3, 1 stream)", "k", "-"),
-              ("af_packet", "raw AF_PACKET 1514-B frames", "tab:blue", "--"),
-              ("af_xdp", "raw AF_XDP 1514-B frames", "tab:orange", "--")]
+              ("af_packet", "raw AF_PACKET, MTU frames", "tab:blue", "--"),
+              ("af_xdp", "raw AF_XDP, MTU frames", "tab:orange", "--")]
     for k, label, color, ls in styles:
         r = refs.get(k)
         if ok(r):

@@ -3,7 +3,7 @@
 
 Shows progress on one terminal line, then writes DIR/results.md (the table
 docs/evaluation.md quotes), DIR/results.csv and the plots (plot.py).
-Usage: tools/fabric-sim sweep [--preset goals|scale|ci|baselines] [--jobs N]
+Usage: tools/fabric-sim sweep [--preset goals|scale|ci|share] [--jobs N]
        [--hosts N] [--out DIR] [--dry-run]
 """
 import argparse
@@ -58,7 +58,28 @@ def presets(hosts):
     ci = [(f"ci-{w}-{t}", [w, "--hosts", "16", "--hosts-per-leaf", "4", "--transport", t,
                            "--bytes", "262144"])
           for w in ("alltoall", "allreduce-ring", "incast") for t in transports]
-    return {"goals": goals, "scale": scale, "ci": ci}
+    # Jobs sharing the fabric and background traffic (docs/evaluation.md
+    # §5 "Sharing the fabric"): 4 leaves of hosts/4, backpressuring NIC.
+    share = []
+    base = ["--hosts", h, "--hosts-per-leaf", str(max(2, hosts // 4))] + room
+    ring = ["allreduce-ring", "--bytes", "4194304"] + base
+    a2a = ["alltoall"] + base
+    share += [(f"share-ring-{h}", ring),
+              (f"share-ring-bg30-{h}", ring + ["--background", "0.3"]),
+              (f"share-ring-bg60-{h}", ring + ["--background", "0.6"]),
+              (f"share-ring-bg30-1m-{h}", ring + ["--background", "0.3",
+                                                   "--background-bytes", "1048576"]),
+              (f"share-ring-2jobs-{h}", ring + ["--jobs", "2"]),
+              (f"share-ring-2jobs-interleaved-{h}", ring + ["--jobs", "2", "--placement",
+                                                            "interleaved"]),
+              (f"share-a2a-{h}", a2a),
+              (f"share-a2a-bg50-{h}", a2a + ["--background", "0.5"]),
+              (f"share-a2a-2jobs-{h}", a2a + ["--jobs", "2"]),
+              (f"share-a2a-2jobs-interleaved-{h}", a2a + ["--jobs", "2", "--placement",
+                                                          "interleaved"]),
+              (f"share-a2a-4jobs-interleaved-{h}", a2a + ["--jobs", "4", "--placement",
+                                                          "interleaved"])]
+    return {"goals": goals, "scale": scale, "ci": ci, "share": share}
 
 
 def progress(done, total, running, t0):

@@ -184,6 +184,8 @@ class AfPacket final : public PacketIo {
   }
 
   uint32_t tx_pending() const override { return tx_count_; }
+  uint32_t tx_room() override { return kTxBuffers - tx_count_; }
+  uint32_t tx_capacity() const override { return kTxBuffers; }
   int wait_fd() const override { return fd_; }
   uint32_t max_frame() const override { return max_frame_; }
   const char* name() const override { return name_; }

@@ -226,6 +226,13 @@ class AfXdp final : public PacketIo {
   }
 
   uint32_t tx_pending() const override { return tx_queued_frames_; }
+  uint32_t tx_room() override {
+    // Asked before every packet: peek the completion ring (the kernel's
+    // index, a cache miss) only when running low.
+    if (free_slots_.size() < kReclaimBelow) reclaim();
+    return static_cast<uint32_t>(free_slots_.size());
+  }
+  uint32_t tx_capacity() const override { return static_cast<uint32_t>(slot_descs_.size()); }
   int wait_fd() const override { return xsk_socket__fd(xsk_); }
   uint32_t max_frame() const override { return max_frame_; }
   const char* name() const override { return name_; }
@@ -513,6 +520,7 @@ class AfXdp final : public PacketIo {
   std::vector<uint8_t> gather_;
   size_t gather_used_ = 0;
   std::vector<uint32_t> free_slots_;
+  static constexpr size_t kReclaimBelow = 64;
   std::vector<uint32_t> slot_descs_;  // per tx slot: descriptors in flight
   int64_t cur_slot_ = -1;
   uint32_t tx_reserved_ = 0, tx_queued_frames_ = 0;

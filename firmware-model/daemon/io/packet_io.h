@@ -137,6 +137,13 @@ class PacketIo {
   virtual int tx_flush() = 0;
   // Frames queued by tx_commit() not yet handed to the kernel.
   virtual uint32_t tx_pending() const = 0;
+  // Buffers tx_alloc() can hand out now, completed ones reclaimed first
+  // (AF_XDP: the completion ring). The soft NIC answers the engine's
+  // tx_ready() from it, so a full ring holds packets in the engine instead
+  // of dropping them (docs/daemon.md §Transmit backpressure).
+  virtual uint32_t tx_room() = 0;
+  // tx_room() with nothing queued or in flight: the ring's size in frames.
+  virtual uint32_t tx_capacity() const = 0;
 
   // Readable (poll POLLIN) when rx_burst() would return frames. Owned by
   // the PacketIo.
