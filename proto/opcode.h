@@ -34,7 +34,7 @@
 namespace metaroce::proto {
 
 // Extension headers (docs/protocol.md §3.2-§3.9).
-enum class Ext : uint8_t { kNone, kReth, kSeth, kImm, kAtomicEth, kAtomicAckEth, kAckh, kNackh, kProbeh, kCmh, kDeth };
+enum class Ext : uint8_t { kNone, kReth, kSeth, kImm, kAtomicEth, kAtomicAckEth, kAckh, kNackh, kProbeh, kCmh, kDeth, kIeth };
 
 struct ExtInfo {
   Ext ext;
@@ -42,7 +42,7 @@ struct ExtInfo {
   size_t length;
 };
 
-inline constexpr std::array<ExtInfo, 11> kExtTable = {{
+inline constexpr std::array<ExtInfo, 12> kExtTable = {{
     {Ext::kNone, "", 0},
     {Ext::kReth, "RETH", kRethLen},
     {Ext::kSeth, "SETH", kSethLen},
@@ -54,6 +54,7 @@ inline constexpr std::array<ExtInfo, 11> kExtTable = {{
     {Ext::kProbeh, "PROBEH", kProbehLen},
     {Ext::kCmh, "CMH", kCmhLen},
     {Ext::kDeth, "DETH", kDethLen},
+    {Ext::kIeth, "IETH", kIethLen},
 }};
 
 constexpr const ExtInfo& ext_info(Ext e) { return kExtTable[static_cast<size_t>(e)]; }
@@ -87,7 +88,7 @@ struct OpcodeInfo {
 };
 
 namespace detail {
-constexpr std::array<OpcodeInfo, 26> make_table(std::array<OpcodeInfo, 26> t) {
+constexpr std::array<OpcodeInfo, 27> make_table(std::array<OpcodeInfo, 27> t) {
   for (auto& row : t) {
     row.header_len = kMbthLen;
     for (Ext e : row.exts) row.header_len += ext_info(e).length;
@@ -97,7 +98,7 @@ constexpr std::array<OpcodeInfo, 26> make_table(std::array<OpcodeInfo, 26> t) {
 }  // namespace detail
 
 // THE opcode table. One row per opcode; see the checklist at the top.
-inline constexpr std::array<OpcodeInfo, 26> kOpcodeTable = detail::make_table({{
+inline constexpr std::array<OpcodeInfo, 27> kOpcodeTable = detail::make_table({{
     // opcode                  name                kind               payload exts
     {Opcode::kSend,           "SEND",             OpKind::kRequest,  true,  {Ext::kSeth, Ext::kNone}},
     {Opcode::kSendImm,        "SEND_IMM",         OpKind::kRequest,  true,  {Ext::kSeth, Ext::kImm}},
@@ -108,6 +109,8 @@ inline constexpr std::array<OpcodeInfo, 26> kOpcodeTable = detail::make_table({{
     {Opcode::kAtomicCmpSwap,  "ATOMIC_CMP_SWAP",  OpKind::kRequest,  false, {Ext::kAtomicEth, Ext::kNone}},
     {Opcode::kAtomicFetchAdd, "ATOMIC_FETCH_ADD", OpKind::kRequest,  false, {Ext::kAtomicEth, Ext::kNone}},
     {Opcode::kAtomicResp,     "ATOMIC_RESP",      OpKind::kResponse, false, {Ext::kAtomicAckEth, Ext::kNone}},
+    // Memory windows (§15): SEND that invalidates the responder's rkey.
+    {Opcode::kSendInv,        "SEND_INV",         OpKind::kRequest,  true,  {Ext::kSeth, Ext::kIeth}},
     {Opcode::kAck,            "ACK",              OpKind::kControl,  false, {Ext::kAckh, Ext::kNone}},
     {Opcode::kNack,           "NACK",             OpKind::kControl,  false, {Ext::kNackh, Ext::kNone}},
     {Opcode::kProbe,          "PROBE",            OpKind::kControl,  false, {Ext::kProbeh, Ext::kNone}},

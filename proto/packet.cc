@@ -41,6 +41,9 @@ void write_seth(Writer& w, const Packet& p) { w.u32(p.seth.length); }
 void read_imm(Reader& r, Packet& p) { p.imm = r.u32(); }
 void write_imm(Writer& w, const Packet& p) { w.u32(p.imm); }
 
+void read_ieth(Reader& r, Packet& p) { p.ieth.rkey = r.u32(); }
+void write_ieth(Writer& w, const Packet& p) { w.u32(p.ieth.rkey); }
+
 void read_atomic(Reader& r, Packet& p) {
   p.atomic.va = r.u64();
   p.atomic.rkey = r.u32();
@@ -182,6 +185,7 @@ constexpr std::array<ExtCodec, kExtTable.size()> kExtCodecs = {{
     {read_probeh, write_probeh},
     {read_cmh, write_cmh},
     {read_deth, write_deth},
+    {read_ieth, write_ieth},
 }};
 
 // ---- MBTH ----
@@ -560,7 +564,8 @@ Parsed<TrimmedFrame> parse_trimmed_frame(std::span<const uint8_t> bytes, uint8_t
   read_mbth(r, t.mbth);
   if (t.mbth.version != kVersion) return error(ParseErrorCode::kBadVersion, at, "MBTH.version");
   const Opcode op = t.mbth.opcode;
-  if (op != Opcode::kSend && op != Opcode::kSendImm && op != Opcode::kWrite && op != Opcode::kWriteImm)
+  if (op != Opcode::kSend && op != Opcode::kSendImm && op != Opcode::kSendInv && op != Opcode::kWrite &&
+      op != Opcode::kWriteImm)
     return error(ParseErrorCode::kNotTrimmed, at + 1, "MBTH.opcode");
   return t;
 }
@@ -664,6 +669,7 @@ void describe_ext(std::string& s, Ext e, const Packet& p) {
       appendf(s, " deth.qkey=0x%08" PRIx32 " deth.src_qpn=0x%06" PRIx32, p.deth.qkey,
               p.deth.src_qpn);
       break;
+    case Ext::kIeth: appendf(s, " ieth.rkey=0x%08" PRIx32, p.ieth.rkey); break;
   }
 }
 }  // namespace
@@ -685,7 +691,7 @@ std::string to_string(const Packet& p) {
 bool operator==(const Packet& a, const Packet& b) {
   return a.mbth == b.mbth && a.reth == b.reth && a.seth == b.seth && a.imm == b.imm &&
          a.atomic == b.atomic && a.atomic_ack == b.atomic_ack && a.ack == b.ack &&
-         a.nack == b.nack && a.probe == b.probe && a.cm == b.cm && a.deth == b.deth &&
+         a.nack == b.nack && a.probe == b.probe && a.cm == b.cm && a.deth == b.deth && a.ieth == b.ieth &&
          std::equal(a.payload.begin(), a.payload.end(), b.payload.begin(), b.payload.end());
 }
 

@@ -39,6 +39,9 @@ enum class Opcode : uint8_t {
   kAtomicCmpSwap = 0x07,
   kAtomicFetchAdd = 0x08,
   kAtomicResp = 0x09,
+  // Memory windows (docs/protocol.md §15): a SEND that invalidates the
+  // responder's window named by its IETH. 0x0B is reserved for it too.
+  kSendInv = 0x0A,
   kAck = 0x10,
   kNack = 0x11,
   kProbe = 0x12,
@@ -105,6 +108,14 @@ struct Seth {
 inline constexpr size_t kSethLen = 4;
 
 inline constexpr size_t kImmLen = 4;  // §3.4 immediate data, network order
+
+// docs/protocol.md §15.2: Invalidate Extended Transport Header (SEND_INV):
+// the responder's rkey to invalidate, in every packet of the message.
+struct Ieth {
+  uint32_t rkey = 0;
+  bool operator==(const Ieth&) const = default;
+};
+inline constexpr size_t kIethLen = 4;
 
 // docs/protocol.md §3.5: Atomic Extended Transport Header.
 struct AtomicEth {
@@ -218,6 +229,7 @@ struct Packet {
   Probeh probe;
   Cmh cm;
   Deth deth;
+  Ieth ieth;
   std::span<const uint8_t> payload;  // borrowed from the parsed buffer
 };
 

@@ -172,8 +172,9 @@ uint32_t ctx_limit(uint32_t device, uint32_t per_context) {
 }
 
 // Only what the device really does: RNR NAKs (RC receiver not ready) and a
-// system image GUID. No port shutdown/change, no MWs (max_mw 0), no XRC, no
-// SRQ resize, no checksum offloads, no N_NOTIFY.
+// system image GUID (memory windows are added when the daemon has them).
+// No port shutdown/change, no XRC, no SRQ resize, no checksum offloads, no
+// N_NOTIFY.
 constexpr unsigned int kDeviceCapFlags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
 
 void fill_device_attr(const struct mroce_device_attr *d, const struct mroce_device_attr_ex *x,
@@ -196,6 +197,9 @@ void fill_device_attr(const struct mroce_device_attr *d, const struct mroce_devi
   a->max_cqe = d->max_cqe;
   a->max_mr = static_cast<int>(ctx_limit(d->max_mr, x->ctx_max_mr));
   a->max_pd = static_cast<int>(ctx_limit(d->max_pd, x->ctx_max_pd));
+  a->max_mw = static_cast<int>(x->max_mw);  // mw: 0 from a daemon without memory windows
+  if (x->max_mw)  // type 1, and type 2 associated with a QP and checked against its PD (2B)
+    a->device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_qp_rd_atom = d->max_qp_rd_atom;
   a->max_qp_init_rd_atom = d->max_qp_rd_atom;
   a->max_res_rd_atom = d->max_qp_rd_atom * a->max_qp;
@@ -333,8 +337,10 @@ const struct verbs_device_ops mroce_dev_ops = {
 };
 
 static const struct verbs_context_ops mroce_ctx_ops = {
+    .alloc_mw = mroce_alloc_mw,
     .alloc_pd = mroce_alloc_pd,
     .attach_mcast = mroce_attach_mcast,
+    .bind_mw = mroce_bind_mw,
     .cq_event = mroce_cq_event,
     .create_ah = mroce_create_ah,
     .create_cq = mroce_create_cq,
@@ -342,6 +348,7 @@ static const struct verbs_context_ops mroce_ctx_ops = {
     .create_qp = mroce_create_qp,
     .create_qp_ex = mroce_create_qp_ex,
     .create_srq = mroce_create_srq,
+    .dealloc_mw = mroce_dealloc_mw,
     .dealloc_pd = mroce_dealloc_pd,
     .dereg_mr = mroce_dereg_mr,
     .destroy_ah = mroce_destroy_ah,

@@ -29,7 +29,10 @@ void mroce_cqe_to_wc(const struct mroce_cqe *e, struct ibv_wc *wc) {
   wc->opcode = static_cast<enum ibv_wc_opcode>(e->opcode);
   wc->vendor_err = e->vendor_err;
   wc->byte_len = e->byte_len;
-  wc->imm_data = htonl(e->imm);
+  if (e->wc_flags & IBV_WC_WITH_INV)
+    wc->invalidated_rkey = e->imm;  // an rkey: host order, as ibv_wc documents
+  else
+    wc->imm_data = htonl(e->imm);
   wc->qp_num = e->qp_num;
   wc->src_qp = e->src_qp;
   wc->wc_flags = e->wc_flags;

@@ -187,6 +187,19 @@ void mroce_set_ops(struct mroce_context *ctx);
 
 // ---- PD and MR (pd_mr.cc) ----
 struct ibv_pd *mroce_alloc_pd(struct ibv_context *context);
+// Memory windows (mw.cc; docs/device-abi.md §2.8).
+struct ibv_mw *mroce_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int mroce_dealloc_mw(struct ibv_mw *mw);
+int mroce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+// Memory-window fills of the send WQE builder below (post_send,
+// ibv_bind_mw and the ibv_wr_* ops share them).
+// BIND_MW of mw with its new rkey; `via` is IBV_MW_TYPE_1 for ibv_bind_mw,
+// IBV_MW_TYPE_2 for IBV_WR_BIND_MW. Leaves wr_id and send_flags to the caller.
+int mroce_wqe_bind_mw(struct mroce_send_wqe *w, const struct ibv_mw *mw, uint32_t rkey,
+                      const struct ibv_mw_bind_info *info, enum ibv_mw_type via);
+void mroce_wqe_local_inv(struct mroce_send_wqe *w, uint32_t rkey);
+// Posts one built WQE on the send queue (0, EIO, EINVAL state, ENOMEM full).
+int mroce_post_built_wqe(struct mroce_qp *qp, const struct mroce_send_wqe *w);
 int mroce_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *mroce_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va,
                             int access);
@@ -226,6 +239,7 @@ int mroce_wqe_check_opcode(const struct mroce_qp *qp, uint8_t opcode);
 void mroce_wqe_init(struct mroce_send_wqe *w, uint64_t wr_id, uint8_t opcode,
                     uint32_t send_flags);
 void mroce_wqe_set_imm(struct mroce_send_wqe *w, __be32 imm);
+void mroce_wqe_set_invalidate(struct mroce_send_wqe *w, uint32_t rkey);  // SEND_WITH_INV
 void mroce_wqe_set_rdma(struct mroce_send_wqe *w, uint32_t rkey, uint64_t remote_addr);
 void mroce_wqe_set_atomic(struct mroce_send_wqe *w, uint32_t rkey, uint64_t remote_addr,
                           uint64_t compare_add, uint64_t swap);

@@ -244,12 +244,22 @@ int build_send_wqe(struct mroce_qp *qp, const struct ibv_send_wr *wr, struct mro
   uint8_t op = static_cast<uint8_t>(wr->opcode);
   if (wr->opcode > 0xff || mroce_wqe_check_opcode(qp, op)) return EINVAL;
   mroce_wqe_init(w, wr->wr_id, op, wr->send_flags);
+  if (op == IBV_WR_BIND_MW) {  // type 2 only: type 1 binds through ibv_bind_mw
+    const struct ibv_mw *mw = wr->bind_mw.mw;
+    if (!mw || mw->type != IBV_MW_TYPE_2) return EINVAL;
+    return mroce_wqe_bind_mw(w, mw, wr->bind_mw.rkey, &wr->bind_mw.bind_info, IBV_MW_TYPE_2);
+  }
+  if (op == IBV_WR_LOCAL_INV) {
+    mroce_wqe_local_inv(w, wr->invalidate_rkey);
+    return 0;
+  }
+  if (op == IBV_WR_SEND_WITH_INV) mroce_wqe_set_invalidate(w, wr->invalidate_rkey);
   if (op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM)
     mroce_wqe_set_imm(w, wr->imm_data);
   if (is_atomic(op))
     mroce_wqe_set_atomic(w, wr->wr.atomic.rkey, wr->wr.atomic.remote_addr,
                          wr->wr.atomic.compare_add, wr->wr.atomic.swap);
-  else if (!is_send(op))
+  else if (!is_send(op) && op != IBV_WR_SEND_WITH_INV)
     mroce_wqe_set_rdma(w, wr->wr.rdma.rkey, wr->wr.rdma.remote_addr);
   if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
     if (int err = mroce_wqe_set_ud(w, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey))
@@ -269,6 +279,10 @@ enum ibv_wc_opcode wc_opcode_of(uint8_t wr_opcode) {
       return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return IBV_WC_FETCH_ADD;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
     default:
       return IBV_WC_SEND;
   }
@@ -316,7 +330,9 @@ int mroce_wqe_check_opcode(const struct mroce_qp *qp, uint8_t op) {
                                                                                        : EINVAL;
     default:
       return (is_send(op) || is_atomic(op) || op == IBV_WR_RDMA_WRITE ||
-              op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ)
+              op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ ||
+              op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV ||  // memory windows: RC only
+              op == IBV_WR_SEND_WITH_INV)
                  ? 0
                  : EINVAL;
   }
@@ -332,6 +348,8 @@ void mroce_wqe_init(struct mroce_send_wqe *w, uint64_t wr_id, uint8_t opcode,
 }
 
 void mroce_wqe_set_imm(struct mroce_send_wqe *w, __be32 imm) { w->imm = ntohl(imm); }
+
+void mroce_wqe_set_invalidate(struct mroce_send_wqe *w, uint32_t rkey) { w->imm = rkey; }
 
 void mroce_wqe_set_rdma(struct mroce_send_wqe *w, uint32_t rkey, uint64_t remote_addr) {
   w->rkey = rkey;
@@ -532,6 +550,26 @@ int mroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
   pthread_spin_unlock(&sq->lock);
   if (posted) ring_doorbell(qp, &sq->ring);
   if (err) *bad_wr = wr;
+  return err;
+}
+
+int mroce_post_built_wqe(struct mroce_qp *qp, const struct mroce_send_wqe *built) {
+  struct ibv_qp *ibqp = &qp->vqp.qp;
+  struct mroce_wq *sq = &qp->sq;
+  int err = 0;
+  pthread_spin_lock(&sq->lock);
+  if (mroce_dead(to_mroce_ctx(ibqp->context)))
+    err = EIO;
+  else if (!mroce_sq_open(ibqp))
+    err = EINVAL;
+  else if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= sq->ring.entries)
+    err = ENOMEM;
+  if (!err) {
+    memcpy(mroce_ring_slot(&sq->ring, sq->prod), built, sizeof(*built));
+    mroce_ring_publish_producer(&sq->ring, ++sq->prod);
+  }
+  pthread_spin_unlock(&sq->lock);
+  if (!err) ring_doorbell(qp, &sq->ring);
   return err;
 }
 

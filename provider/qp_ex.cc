@@ -53,7 +53,8 @@ constexpr uint64_t kUdOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 constexpr uint64_t kUcOps = kUdOps | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
 constexpr uint64_t kRcOps = kUcOps | IBV_QP_EX_WITH_RDMA_READ |
                             IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_BIND_MW |
+                            IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
 constexpr uint32_t kQpExMasks = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
                                 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 
@@ -126,6 +127,28 @@ void wr_send_imm(struct ibv_qp_ex *q, __be32 imm) {
   if (w) mroce_wqe_set_imm(w, imm);
 }
 
+// mw: memory windows (type 2 only through IBV_WR_BIND_MW, as post_send).
+void wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey,
+                const struct ibv_mw_bind_info *info) {
+  struct mroce_qp *qp = qp_of(q);
+  auto *w = open_wqe(qp, IBV_WR_BIND_MW, IBV_QP_EX_WITH_BIND_MW, "bind_mw");
+  if (!w) return;
+  if (!mw || mw->type != IBV_MW_TYPE_2)
+    fail(qp, EINVAL, "ibv_wr_bind_mw: type 2 windows only (type 1: ibv_bind_mw)");
+  else if (mroce_wqe_bind_mw(w, mw, rkey, info, IBV_MW_TYPE_2))
+    fail(qp, EINVAL, "ibv_wr_bind_mw: a bind of non-zero length needs an MR");
+}
+
+void wr_local_inv(struct ibv_qp_ex *q, uint32_t invalidate_rkey) {
+  auto *w = open_wqe(qp_of(q), IBV_WR_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV, "local_inv");
+  if (w) mroce_wqe_local_inv(w, invalidate_rkey);
+}
+
+void wr_send_inv(struct ibv_qp_ex *q, uint32_t invalidate_rkey) {
+  auto *w = open_wqe(qp_of(q), IBV_WR_SEND_WITH_INV, IBV_QP_EX_WITH_SEND_WITH_INV, "send_inv");
+  if (w) mroce_wqe_set_invalidate(w, invalidate_rkey);
+}
+
 void wr_rdma_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t remote_addr) {
   auto *w = open_wqe(qp_of(q), IBV_WR_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE, "rdma_write");
   if (w) mroce_wqe_set_rdma(w, rkey, remote_addr);
@@ -164,11 +187,6 @@ void refuse_op(struct ibv_qp_ex *q, const char *name) {
   struct mroce_qp *qp = qp_of(q);
   if (qp->wr.open) fail(qp, EOPNOTSUPP, "ibv_wr_%s: not supported by metaroce", name);
 }
-void wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *, uint32_t, const struct ibv_mw_bind_info *) {
-  refuse_op(q, "bind_mw");
-}
-void wr_local_inv(struct ibv_qp_ex *q, uint32_t) { refuse_op(q, "local_inv"); }
-void wr_send_inv(struct ibv_qp_ex *q, uint32_t) { refuse_op(q, "send_inv"); }
 void wr_send_tso(struct ibv_qp_ex *q, void *, uint16_t, uint16_t) { refuse_op(q, "send_tso"); }
 void wr_set_xrc_srqn(struct ibv_qp_ex *q, uint32_t) { refuse_op(q, "set_xrc_srqn"); }
 void wr_atomic_write(struct ibv_qp_ex *q, uint32_t, uint64_t, const void *) {

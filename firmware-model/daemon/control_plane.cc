@@ -181,6 +181,8 @@ void ControlPlane::handle(Client& c, const Request& req, Reply* out) {
     case MROCE_OP_QUERY_SRQ: err = op_query_srq(c, req, out); break;
     case MROCE_OP_DESTROY_SRQ: err = op_destroy_srq(c, req, out); break;
     case MROCE_OP_QUERY_DEVICE_EX: err = op_query_device_ex(c, req, out); break;
+    case MROCE_OP_ALLOC_MW: err = op_alloc_mw(c, req, out); break;
+    case MROCE_OP_DEALLOC_MW: err = op_dealloc_mw(c, req, out); break;
     default:
       out->reason = "unknown control operation " + std::to_string(req.op);
       counters_.ctrl_malformed++;
@@ -388,6 +390,7 @@ int ControlPlane::op_reg_mr(Client& c, const Request& r, Reply* out) {
 int ControlPlane::op_dereg_mr(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
   int err = not_ours(backend_.dereg_mr(c.id, req.handle), "MR with lkey", req.handle, out);
+  if (err == EBUSY) out->reason = "MR has memory windows bound to it: unbind or invalidate them first";
   if (!err && c.mrs.erase(req.handle)) usage(c).mrs--;
   return err;
 }

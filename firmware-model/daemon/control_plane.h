@@ -31,6 +31,7 @@ struct ClientLimits {
   uint32_t max_pd = 1024, max_mr = 16384, max_cq = 1024, max_qp = 1024;
   uint32_t max_ah = 16384;  // UD address handles (the device has fw::DeviceCaps::max_ah)
   uint32_t max_srq = 1024;
+  uint32_t max_mw = 16384;  // memory windows (the device has fw::DeviceCaps::max_mw)
 };
 
 // Limits per user (uid), summed over all of that user's connections: the
@@ -68,7 +69,7 @@ class ControlPlane {
     std::unique_ptr<ClientMemory> memory;  // its address space, bound at connect
     uid_t uid = 0;
     int async_fd = -1;  // our end of the async event socketpair
-    std::set<uint32_t> pds, mrs, cqs, qps, ahs, srqs;
+    std::set<uint32_t> pds, mrs, cqs, qps, ahs, srqs, mws;
     uint64_t ring_bytes = 0;  // memory of its CQ and QP rings
   };
   // memory: bound to the connecting process (ClientMemory::bind_peer).
@@ -151,6 +152,8 @@ class ControlPlane {
   int check_qkey(const Client& c, const mroce_qp_attr& a, Reply* out);
   // Shared receive queues (control_plane_srq.cc)
   int op_create_srq(Client& c, const Request& r, Reply* out);
+  int op_alloc_mw(Client& c, const Request& r, Reply* out);    // control_plane_mw.cc
+  int op_dealloc_mw(Client& c, const Request& r, Reply* out);
   int op_modify_srq(Client& c, const Request& r, Reply* out);
   int op_query_srq(Client& c, const Request& r, Reply* out);
   int op_destroy_srq(Client& c, const Request& r, Reply* out);

@@ -1,6 +1,7 @@
 // The control plane's shared-receive-queue operations (docs/device-abi.md
 // §2.7): CREATE/MODIFY/QUERY/DESTROY_SRQ through the transport backend, the
 // SRQ's ring from the queue pump, limits per client and per user.
+#include <algorithm>
 #include <cerrno>
 #include <string>
 
@@ -43,6 +44,8 @@ int ControlPlane::op_query_device_ex(Client& c, const Request& r, Reply* out) {
   x.ctx_max_pd = l.max_pd;
   x.ctx_max_ah = l.max_ah;
   x.ctx_max_srq = l.max_srq;
+  // mw: does the backend have memory windows? (handle 0 is never one: no side effect)
+  if (backend_.dealloc_mw(0, 0) != EOPNOTSUPP) x.max_mw = std::min(caps.max_mw, l.max_mw);
   encode(x, &out->body);
   return 0;
 }

@@ -1101,6 +1101,42 @@ TEST_CASE("control__create_ah_refusals_have_reasons") {
   CHECK(f.call(MROCE_OP_DEALLOC_PD, bytes_of(pd_req)).err == 0);
 }
 
+// mw: ALLOC_MW / DEALLOC_MW refusals carry their reason; windows are
+// bounded per connection; QUERY_DEVICE_EX reports max_mw.
+TEST_CASE("mw__alloc_refusals_say_why") {
+  DeviceConfig cfg = Fixture::config();
+  cfg.limits.max_mw = 3;
+  Fixture f(cfg);
+  auto x = reply_as<mroce_device_attr_ex>(f.call(MROCE_OP_QUERY_DEVICE_EX, {}));
+  CHECK(x.max_mw == 3);  // the per-connection limit, below the device's
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  mroce_alloc_mw_req req{pdn, 3};
+  Device::Reply r = f.call(MROCE_OP_ALLOC_MW, bytes_of(req));
+  CHECK(r.err == EINVAL);
+  CHECK(r.reason == "memory window type 3 (IBV_MW_TYPE_1 or _2)");
+  req = {pdn + 100, 2};
+  r = f.call(MROCE_OP_ALLOC_MW, bytes_of(req));
+  CHECK(r.err == ENOENT);
+  CHECK(r.reason == "no PD " + std::to_string(pdn + 100) + " in this context");
+  req = {pdn, 1};
+  std::vector<mroce_alloc_mw_resp> mws;
+  for (int i = 0; i < 3; ++i) mws.push_back(reply_as<mroce_alloc_mw_resp>(f.call(MROCE_OP_ALLOC_MW, bytes_of(req))));
+  CHECK((mws[0].rkey & 0xff) == 0);
+  CHECK(mws[0].rkey != mws[1].rkey);
+  r = f.call(MROCE_OP_ALLOC_MW, bytes_of(req));
+  CHECK(r.err == ENOMEM);
+  CHECK(r.reason == "per-client MW limit reached (3)");
+  // Another context can neither free nor name them.
+  Device::Client* other = f.open(getuid());
+  mroce_handle_req h{mws[0].handle, 0};
+  r = f.call_as(*other, MROCE_OP_DEALLOC_MW, bytes_of(h));
+  CHECK(r.err == ENOENT);
+  CHECK(r.reason == "no MW " + std::to_string(mws[0].handle) + " in this context");
+  CHECK(f.call(MROCE_OP_DEALLOC_MW, bytes_of(h)).err == 0);
+  CHECK(f.call(MROCE_OP_DEALLOC_MW, bytes_of(h)).err == ENOENT);
+  CHECK(f.call(MROCE_OP_ALLOC_MW, bytes_of(req)).err == 0);  // room again
+}
+
 }  // namespace metaroce::daemon
 
 // ---- transmit backpressure: a full TX ring holds packets in the engine ----

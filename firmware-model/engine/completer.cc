@@ -28,7 +28,10 @@ WcOpcode wc_opcode(WrOpcode op) {
     case WrOpcode::kRdmaWrite:
     case WrOpcode::kRdmaWriteImm: return WcOpcode::kRdmaWrite;
     case WrOpcode::kSend:
-    case WrOpcode::kSendImm: return WcOpcode::kSend;
+    case WrOpcode::kSendImm:
+    case WrOpcode::kSendWithInv: return WcOpcode::kSend;
+    case WrOpcode::kBindMw: return WcOpcode::kBindMw;
+    case WrOpcode::kLocalInv: return WcOpcode::kLocalInv;
     case WrOpcode::kRdmaRead: return WcOpcode::kRdmaRead;
     case WrOpcode::kAtomicCmpSwap: return WcOpcode::kCompSwap;
     case WrOpcode::kAtomicFetchAdd: return WcOpcode::kFetchAdd;

@@ -56,7 +56,9 @@ std::string violation_names(uint32_t bits) {
 // ---------------- Core ----------------
 
 Core::Core(const EngineConfig& config, Hal hal)
-    : config_(config), hal_(hal), mrs_(config.caps.max_mr), ahs_(config.caps.max_ah), scratch_(8192) {
+    : config_(config), hal_(hal), mrs_(config.caps.max_mr), mws_(config.caps.max_mw),
+      ahs_(config.caps.max_ah), scratch_(8192) {
+  mrs_.set_windows(&mws_);
   CongestionParams p;
   p.base_rtt = config.base_rtt;
   p.link_bps = config.link_bps;
@@ -676,6 +678,26 @@ int Engine::dereg_mr(OwnerId owner, uint32_t lkey) {
   return 0;
 }
 
+int Engine::alloc_mw(OwnerId owner, uint32_t pdn, MwType type, uint32_t* handle, uint32_t* rkey) {
+  EntryGuard guard(impl_->busy);
+  Pd* pd = nullptr;
+  if (int e = Impl::owned(impl_->pds, owner, pdn, &pd)) return e;
+  Core& c = impl_->core;
+  if (int e = c.mws().alloc(owner, pdn, type, c.hal().random, c.mrs(), handle, rkey)) return e;
+  ++pd->refs;
+  return 0;
+}
+
+int Engine::dealloc_mw(OwnerId owner, uint32_t handle) {
+  EntryGuard guard(impl_->busy);
+  Core& c = impl_->core;
+  const Mw* w = c.mws().get(handle);
+  uint32_t pdn = w ? w->pdn : 0;
+  if (int e = c.mws().dealloc(owner, handle, c.mrs())) return e;
+  if (Pd* pd = impl_->pds.get(pdn)) --pd->refs;
+  return 0;
+}
+
 int Engine::create_cq(OwnerId owner, uint32_t cqe, uint32_t* cqn) {
   EntryGuard guard(impl_->busy);
   if (cqe == 0 || cqe > caps().max_cqe) return EINVAL;
@@ -865,6 +887,11 @@ void Engine::destroy_owner(OwnerId owner) {
   auto& ahs = m.core.ahs();
   for (uint32_t i = 1; i < ahs.end(); ++i)
     if (Ah* ah = ahs.get(i); ah && ah->owner == owner) m.remove_ah(i);
+  for (uint32_t i = 1; i < m.core.mws().end(); ++i)
+    if (const Mw* w = m.core.mws().get(i); w && w->owner == owner) {
+      if (Pd* pd = m.pds.get(w->pdn)) --pd->refs;
+      m.core.mws().dealloc(owner, i, m.core.mrs());
+    }
   m.core.mrs().remove_owner(owner, [&](const Mr& mr) {
     if (Pd* pd = m.pds.get(mr.pdn)) --pd->refs;
   });
@@ -928,8 +955,14 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
   if (qp->state != QpState::kRts && qp->state != QpState::kSqd && qp->state != QpState::kErr &&
       qp->state != QpState::kSqe)
     return EINVAL;
-  if (static_cast<unsigned>(wr.opcode) > static_cast<unsigned>(WrOpcode::kAtomicFetchAdd))
+  if (static_cast<unsigned>(wr.opcode) > static_cast<unsigned>(WrOpcode::kSendWithInv))
     return EINVAL;
+  // Memory windows (docs/engine.md §Memory windows): RC only; binds and
+  // invalidations carry no data.
+  bool mw_op = wr.opcode == WrOpcode::kBindMw || wr.opcode == WrOpcode::kLocalInv;
+  if ((mw_op || wr.opcode == WrOpcode::kSendWithInv) && qp->init.type != QpType::kRc)
+    return EINVAL;
+  if (mw_op && (wr.num_sge || (wr.send_flags & kSendInline))) return EINVAL;
   if (qp->init.type == QpType::kUd && datagram::check_post(wr)) return EINVAL;
   bool inl = wr.send_flags & kSendInline;
   bool atomic = wr.opcode == WrOpcode::kAtomicCmpSwap || wr.opcode == WrOpcode::kAtomicFetchAdd;
@@ -1065,6 +1098,7 @@ void Engine::on_frame(std::span<const uint8_t> frame) {
   switch (p.mbth.opcode) {
     case proto::Opcode::kSend:
     case proto::Opcode::kSendImm:
+    case proto::Opcode::kSendInv:
     case proto::Opcode::kWrite:
     case proto::Opcode::kWriteImm:
     case proto::Opcode::kReadReq:

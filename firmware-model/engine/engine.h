@@ -111,6 +111,30 @@ struct Counters {
   uint64_t rx_drop_uc_access = 0;       // UC WRITE whose rkey, range or access fails
   uint64_t rx_drop_uc_too_long = 0;     // UC SEND longer than its receive (it completes kLocLenErr)
   uint64_t rx_drop_uc_malformed = 0;    // UC packet not continuing its message (opcode, length, offset)
+  // mw: memory windows (docs/engine.md §Memory windows)
+  uint64_t mw_binds = 0;                 // BIND_MW work requests that bound or unbound a window
+  uint64_t mw_local_invalidations = 0;   // LOCAL_INV that freed a type 2 window
+  uint64_t mw_remote_invalidations = 0;  // SEND_WITH_INV that freed a type 2 window
+  uint64_t mw_bind_refused = 0;          // BIND_MW completed IBV_WC_MW_BIND_ERR (reason below)
+  uint64_t mw_local_inv_refused = 0;     // LOCAL_INV completed IBV_WC_LOC_PROT_ERR (reason below)
+  uint64_t mw_remote_inv_refused = 0;    // SEND_WITH_INV NAKed INVALID_REQUEST (reason below)
+  uint64_t mw_refused_no_window = 0;     // ...no window by that handle or rkey
+  uint64_t mw_refused_wrong_owner = 0;   // ...window or MR of another process
+  uint64_t mw_refused_wrong_pd = 0;      // ...window, MR and QP not in one PD
+  uint64_t mw_refused_wrong_type = 0;    // ...type 1 where type 2 is needed or the reverse
+  uint64_t mw_refused_busy = 0;          // ...type 2 bind of a bound window
+  uint64_t mw_refused_wrong_key = 0;     // ...rkey not the window's (prefix, or not bound with it)
+  uint64_t mw_refused_no_mr = 0;         // ...bind names no MR
+  uint64_t mw_refused_mr_no_bind = 0;    // ...MR without IBV_ACCESS_MW_BIND
+  uint64_t mw_refused_out_of_bounds = 0; // ...window range beyond its MR
+  uint64_t mw_refused_bad_access = 0;    // ...rights not allowed on the window or its MR
+  uint64_t mw_refused_wrong_qp = 0;      // ...type 2 window bound to another QP
+  uint64_t rkey_refused_no_key = 0;      // remote access NAKed: rkey names no MR or bound window
+  uint64_t rkey_refused_wrong_owner = 0; // ...rkey of another process
+  uint64_t rkey_refused_wrong_pd = 0;    // ...rkey of another PD than the QP's
+  uint64_t rkey_refused_wrong_qp = 0;    // ...type 2 window bound to another QP
+  uint64_t rkey_refused_out_of_bounds = 0;  // ...range outside the MR or window
+  uint64_t rkey_refused_no_access = 0;   // ...right missing (MR, window or QP access flags)
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).
@@ -146,7 +170,13 @@ class Engine {
   int destroy_pd(OwnerId owner, uint32_t pdn);
   int reg_mr(OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length, uint32_t access,
              MrKeys* keys);
+  // EBUSY while memory windows are bound to it.
   int dereg_mr(OwnerId owner, uint32_t lkey);
+  // Memory windows (docs/engine.md §Memory windows): type 1 or 2 in a PD.
+  // *rkey is the window's initial rkey (key part 0). Bound by a kBindMw
+  // work request; freed (and unbound) by dealloc_mw.
+  int alloc_mw(OwnerId owner, uint32_t pdn, MwType type, uint32_t* handle, uint32_t* rkey);
+  int dealloc_mw(OwnerId owner, uint32_t handle);
   int create_cq(OwnerId owner, uint32_t cqe, uint32_t* cqn);
   int destroy_cq(OwnerId owner, uint32_t cqn);
   int create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCap* actual_cap);

@@ -2,6 +2,8 @@
 
 #include <cerrno>
 
+#include "firmware-model/engine/mw.h"
+
 namespace metaroce::fw {
 
 const char* to_string(KeyCheck k) {
@@ -12,13 +14,14 @@ const char* to_string(KeyCheck k) {
     case KeyCheck::kWrongPd: return "key of another PD";
     case KeyCheck::kOutOfBounds: return "out of bounds";
     case KeyCheck::kNoAccess: return "access flag missing";
+    case KeyCheck::kWrongQp: return "window bound to another QP";
   }
   return "?";
 }
 
 namespace {
-constexpr uint32_t kAllAccess =
-    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+constexpr uint32_t kAllAccess = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
+                               kAccessRemoteAtomic | kAccessMwBind;
 
 bool inside(const Mr& m, uint64_t addr, uint64_t len) {
   return addr >= m.addr && len <= m.length && addr - m.addr <= m.length - len;
@@ -33,9 +36,11 @@ int MrTable::reg(OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length, ui
     return EINVAL;
   if (addr + length < addr) return EINVAL;
   uint32_t key = 0;
-  for (int i = 0; i < kKeyTries && (key == 0 || by_key_.count(key)); ++i)
-    key = static_cast<uint32_t>(random.next() >> 32);
-  if (key == 0 || by_key_.count(key)) return ENOMEM;
+  auto taken = [&](uint32_t k) {
+    return k == 0 || by_key_.count(k) || (windows_ && windows_->prefix_taken(k >> 8));
+  };
+  for (int i = 0; i < kKeyTries && taken(key); ++i) key = static_cast<uint32_t>(random.next() >> 32);
+  if (taken(key)) return ENOMEM;
   uint32_t idx = table_.add(Mr{owner, pdn, addr, length, access, key});
   if (idx == 0) return ENOMEM;
   by_key_[key] = idx;
@@ -52,6 +57,7 @@ int MrTable::dereg(OwnerId owner, uint32_t key, uint32_t* pdn) {
   const Mr* m = find(key);
   if (!m) return ENOENT;
   if (m->owner != owner) return EPERM;
+  if (m->windows) return EBUSY;
   *pdn = m->pdn;
   uint32_t idx = by_key_[key];
   by_key_.erase(key);
@@ -71,10 +77,11 @@ KeyCheck MrTable::check_local(OwnerId owner, uint32_t pdn, uint32_t lkey, uint64
   return KeyCheck::kOk;
 }
 
-KeyCheck MrTable::check_remote(OwnerId owner, uint32_t pdn, uint32_t rkey, uint64_t addr,
-                               uint64_t len, uint32_t need, const Mr** mr) const {
+KeyCheck MrTable::check_remote(OwnerId owner, uint32_t pdn, uint32_t qpn, uint32_t rkey,
+                               uint64_t addr, uint64_t len, uint32_t need, const Mr** mr) const {
   if (len == 0) return KeyCheck::kOk;
   const Mr* m = find(rkey);
+  if (!m && windows_) return windows_->check_remote(owner, pdn, qpn, rkey, addr, len, need);
   if (!m) return KeyCheck::kNoKey;
   if (m->owner != owner) return KeyCheck::kWrongOwner;
   if (m->pdn != pdn) return KeyCheck::kWrongPd;

@@ -6,12 +6,15 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "firmware-model/engine/hal.h"
 #include "firmware-model/engine/types.h"
 
 namespace metaroce::fw {
+
+class MwTable;  // mw.h
 
 struct Pd {
   OwnerId owner = 0;
@@ -25,6 +28,7 @@ struct Mr {
   uint64_t length = 0;
   uint32_t access = 0;
   uint32_t key = 0;  // lkey == rkey: 32 random bits, new on every registration
+  uint32_t windows = 0;  // memory windows bound to it: dereg answers EBUSY while > 0
 };
 
 struct Cq {
@@ -87,7 +91,10 @@ class Table {
 };
 
 // Why a key check failed; each maps onto a WcStatus and a counter.
-enum class KeyCheck : uint8_t { kOk, kNoKey, kWrongOwner, kWrongPd, kOutOfBounds, kNoAccess };
+enum class KeyCheck : uint8_t {
+  kOk, kNoKey, kWrongOwner, kWrongPd, kOutOfBounds, kNoAccess,
+  kWrongQp,  // a type 2 window bound to another QP (mw.h)
+};
 const char* to_string(KeyCheck k);
 
 class MrTable {
@@ -100,16 +107,23 @@ class MrTable {
   int reg(OwnerId owner, uint32_t pdn, uint64_t addr, uint64_t length, uint32_t access,
           RandomInterface& random, MrKeys* keys);
   const Mr* find(uint32_t key) const;
+  Mr* find(uint32_t key) { return const_cast<Mr*>(std::as_const(*this).find(key)); }
+  // EBUSY while memory windows are bound to it (IB o10-... : windows first).
   int dereg(OwnerId owner, uint32_t key, uint32_t* pdn);
+  // The memory windows whose rkeys check_remote also accepts, and whose
+  // 24-bit key prefixes reg never hands out (mw.h).
+  void set_windows(const MwTable* windows) { windows_ = windows; }
   // Local access through an SGE: owner and PD must match, [addr, addr+len)
   // inside the MR, and `need` access flags present (kAccessLocalWrite for
   // buffers the NIC writes into). len == 0 always passes.
   KeyCheck check_local(OwnerId owner, uint32_t pdn, uint32_t lkey, uint64_t addr, uint64_t len,
                        uint32_t need) const;
-  // Remote access through an rkey. The owner is the responder QP's owner.
-  // len == 0 always passes (IB: zero-length RDMA needs no valid rkey).
-  KeyCheck check_remote(OwnerId owner, uint32_t pdn, uint32_t rkey, uint64_t addr, uint64_t len,
-                        uint32_t need, const Mr** mr) const;
+  // Remote access through an rkey: an MR's, or a memory window's (whose
+  // type 2 windows answer only to the QP qpn). The owner, PD and QP are the
+  // responder QP's. len == 0 always passes (IB: zero-length RDMA needs no
+  // valid rkey).
+  KeyCheck check_remote(OwnerId owner, uint32_t pdn, uint32_t qpn, uint32_t rkey, uint64_t addr,
+                        uint64_t len, uint32_t need, const Mr** mr) const;
   // Removes every MR of owner; calls back with the PD of each.
   template <class F>
   void remove_owner(OwnerId owner, F&& on_removed) {
@@ -126,6 +140,7 @@ class MrTable {
  private:
   Table<Mr> table_;
   std::unordered_map<uint32_t, uint32_t> by_key_;  // key -> table handle
+  const MwTable* windows_ = nullptr;
 };
 
 }  // namespace metaroce::fw

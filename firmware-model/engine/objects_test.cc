@@ -62,27 +62,27 @@ TEST_CASE("check_rkey__each_failure_reason") {
   MrKeys k;
   REQUIRE(t.reg(kA, 1, 0x1000, 100, kAccessLocalWrite | kAccessRemoteRead, rnd, &k) == 0);
   const Mr* mr = nullptr;
-  CHECK(t.check_remote(kA, 1, k.rkey, 0x1000, 100, kAccessRemoteRead, &mr) == KeyCheck::kOk);
+  CHECK(t.check_remote(kA, 1, 0, k.rkey, 0x1000, 100, kAccessRemoteRead, &mr) == KeyCheck::kOk);
   CHECK(mr != nullptr);
-  CHECK(t.check_remote(kA, 1, k.rkey + 1, 0x1000, 10, kAccessRemoteRead, nullptr) ==
+  CHECK(t.check_remote(kA, 1, 0, k.rkey + 1, 0x1000, 10, kAccessRemoteRead, nullptr) ==
         KeyCheck::kNoKey);
-  CHECK(t.check_remote(kB, 1, k.rkey, 0x1000, 10, kAccessRemoteRead, nullptr) ==
+  CHECK(t.check_remote(kB, 1, 0, k.rkey, 0x1000, 10, kAccessRemoteRead, nullptr) ==
         KeyCheck::kWrongOwner);
-  CHECK(t.check_remote(kA, 2, k.rkey, 0x1000, 10, kAccessRemoteRead, nullptr) ==
+  CHECK(t.check_remote(kA, 2, 0, k.rkey, 0x1000, 10, kAccessRemoteRead, nullptr) ==
         KeyCheck::kWrongPd);
-  CHECK(t.check_remote(kA, 1, k.rkey, 0x1000, 101, kAccessRemoteRead, nullptr) ==
+  CHECK(t.check_remote(kA, 1, 0, k.rkey, 0x1000, 101, kAccessRemoteRead, nullptr) ==
         KeyCheck::kOutOfBounds);
-  CHECK(t.check_remote(kA, 1, k.rkey, 0x0FFF, 10, kAccessRemoteRead, nullptr) ==
+  CHECK(t.check_remote(kA, 1, 0, k.rkey, 0x0FFF, 10, kAccessRemoteRead, nullptr) ==
         KeyCheck::kOutOfBounds);
-  CHECK(t.check_remote(kA, 1, k.rkey, 0x1063, 2, kAccessRemoteRead, nullptr) ==
+  CHECK(t.check_remote(kA, 1, 0, k.rkey, 0x1063, 2, kAccessRemoteRead, nullptr) ==
         KeyCheck::kOutOfBounds);
-  CHECK(t.check_remote(kA, 1, k.rkey, 0x1000, 10, kAccessRemoteWrite, nullptr) ==
+  CHECK(t.check_remote(kA, 1, 0, k.rkey, 0x1000, 10, kAccessRemoteWrite, nullptr) ==
         KeyCheck::kNoAccess);
 }
 
 TEST_CASE("check_rkey__zero_length_needs_no_key") {
   MrTable t(16);
-  CHECK(t.check_remote(kA, 1, 0xDEAD, 0, 0, kAccessRemoteWrite, nullptr) == KeyCheck::kOk);
+  CHECK(t.check_remote(kA, 1, 0, 0xDEAD, 0, 0, kAccessRemoteWrite, nullptr) == KeyCheck::kOk);
   CHECK(t.check_local(kA, 1, 0xDEAD, 0, 0, kAccessLocalWrite) == KeyCheck::kOk);
 }
 

@@ -15,6 +15,7 @@
 
 #include "firmware-model/engine/congestion.h"
 #include "firmware-model/engine/engine.h"
+#include "firmware-model/engine/mw.h"
 #include "firmware-model/engine/objects.h"
 #include "firmware-model/engine/reliability.h"
 #include "firmware-model/engine/timer_index.h"
@@ -112,6 +113,8 @@ struct RecvWqe {
   uint32_t total = 0;   // message length
   uint32_t placed = 0;  // unique bytes placed
   bool with_imm = false;
+  bool with_inv = false;  // SEND_INV: invalidate inv_rkey as it completes
+  uint32_t inv_rkey = 0;
   uint32_t imm = 0;
   // PSN of the message's last packet: its completion waits until every PSN
   // up to it has arrived (an earlier WRITE may still have holes).
@@ -302,6 +305,7 @@ class Core {
   EngineConfig& config() { return config_; }
   Counters& counters() { return counters_; }
   MrTable& mrs() { return mrs_; }
+  MwTable& mws() { return mws_; }
   Table<Ah>& ahs() { return ahs_; }
   // UD multicast groups: group address -> attached QPNs (datagram.cc).
   std::map<std::array<uint8_t, 16>, std::vector<uint32_t>>& groups() { return groups_; }
@@ -351,6 +355,7 @@ class Core {
   Hal hal_;
   Counters counters_;
   MrTable mrs_;
+  MwTable mws_;  // mrs_ checks their rkeys too (set_windows)
   Table<Ah> ahs_;
   std::map<std::array<uint8_t, 16>, std::vector<uint32_t>> groups_;
   std::unique_ptr<ReceiverCreditInterface> credit_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "firmware-model/engine/mw_ops.h"
 #include "firmware-model/engine/qp.h"
 
 namespace metaroce::fw::requester {
@@ -10,7 +11,7 @@ namespace metaroce::fw::requester {
 const char* to_string(State s) {
   static constexpr const char* kNames[] = {"RETRANSMIT", "START_WQE",      "SEGMENT",
                                            "SENT",       "IDLE",           "BLOCKED_WINDOW",
-                                           "BLOCKED_PACING", "BLOCKED_ORDER"};
+                                           "BLOCKED_PACING", "BLOCKED_ORDER", "LOCAL_DONE"};
   return kNames[static_cast<unsigned>(s)];
 }
 
@@ -27,13 +28,16 @@ Opcode wire_opcode(WrOpcode op) {
     case WrOpcode::kRdmaRead: return Opcode::kReadReq;
     case WrOpcode::kAtomicCmpSwap: return Opcode::kAtomicCmpSwap;
     case WrOpcode::kAtomicFetchAdd: return Opcode::kAtomicFetchAdd;
+    case WrOpcode::kSendWithInv: return Opcode::kSendInv;
+    case WrOpcode::kLocalInv:
+    case WrOpcode::kBindMw: break;  // local: never on the wire (mw_ops.cc)
   }
   return Opcode::kSend;
 }
 
 bool carries_payload(WrOpcode op) {
   return op == WrOpcode::kRdmaWrite || op == WrOpcode::kRdmaWriteImm || op == WrOpcode::kSend ||
-         op == WrOpcode::kSendImm;
+         op == WrOpcode::kSendImm || op == WrOpcode::kSendWithInv;
 }
 
 // Bytes charged to the congestion window for one packet.
@@ -77,6 +81,12 @@ WcStatus build(Core& c, Qp& qp, SendWqe& w, uint32_t psn, uint32_t offset, uint3
     case WrOpcode::kSend:
       p->seth.length = w.length;
       break;
+    case WrOpcode::kSendWithInv:
+      p->seth.length = w.length;
+      p->ieth.rkey = wr.imm;  // invalidate_rkey
+      break;
+    case WrOpcode::kLocalInv:
+    case WrOpcode::kBindMw: return WcStatus::kLocQpOpErr;  // never segmented (start_wqe)
     case WrOpcode::kRdmaRead:
       p->reth = {wr.remote_addr + offset, wr.rkey, len};
       return WcStatus::kSuccess;
@@ -191,9 +201,11 @@ State start_wqe(Core& c, Qp& qp) {
     completer::drain(c, qp);
     return State::kBlockedOrder;
   }
+  if (mw_ops::is_local(w.wr.opcode)) return mw_ops::run_local(c, qp);
   switch (w.wr.opcode) {
     case WrOpcode::kSend:
     case WrOpcode::kSendImm:
+    case WrOpcode::kSendWithInv:
     case WrOpcode::kRdmaWriteImm: w.msn = qp.next_recv_msn++; break;
     case WrOpcode::kRdmaWrite: w.msn = qp.next_recv_msn; break;
     default:
@@ -272,6 +284,7 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
   while (sent < budget && (qp.state == QpState::kRts || qp.state == QpState::kSqd)) {
     if (sent && !c.hal().packets.tx_ready()) break;  // hal.h: held until the host pumps
     State s = step(c, qp);
+    if (s == State::kLocalDone) continue;
     if (s != State::kSent) break;
     ++sent;
   }

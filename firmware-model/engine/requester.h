@@ -18,6 +18,7 @@ enum class State : uint8_t {
   kBlockedWindow,  // congestion window, receiver credit or PSN window full
   kBlockedPacing,  // pacing: retry at Qp::pace_deadline
   kBlockedOrder,   // fence, max_rd_atomic, SQD or an earlier failure
+  kLocalDone,      // a local WQE (BIND_MW, LOCAL_INV) ran: no packet, continue
 };
 const char* to_string(State s);
 

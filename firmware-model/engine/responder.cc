@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "firmware-model/engine/mw_ops.h"
 #include "firmware-model/engine/qp.h"
 
 namespace metaroce::fw::responder {
@@ -30,7 +31,8 @@ struct Req {
 };
 
 bool consumes_recv(Opcode op) {
-  return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
+  return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kSendInv ||
+         op == Opcode::kWriteImm;
 }
 bool is_atomic(Opcode op) { return op == Opcode::kAtomicCmpSwap || op == Opcode::kAtomicFetchAdd; }
 
@@ -68,6 +70,12 @@ void drain_recv(Core& c, Qp& qp) {
     wc.byte_len = r.total;
     wc.imm = r.imm;
     wc.wc_flags = r.with_imm ? uint32_t{kWcWithImm} : 0u;
+    if (r.with_inv && r.status == WcStatus::kSuccess) {
+      // In receive order: requests before the SEND_INV still saw the window.
+      mw_ops::remote_invalidate(c, qp, r.inv_rkey);
+      wc.wc_flags |= kWcWithInv;
+      wc.imm = r.inv_rkey;
+    }
     wc.qp_num = qp.qpn;
     wc.src_qp = qp.attr.dest_qp_num;
     ++qp.rq_head;
@@ -152,6 +160,7 @@ State check_op(Core& c, Qp& qp, Req& r) {
   switch (p.mbth.opcode) {
     case Opcode::kSend:
     case Opcode::kSendImm:
+    case Opcode::kSendInv:
       if (end > p.seth.length) return State::kNakInvalid;
       return State::kCheckRecv;
     case Opcode::kWrite:
@@ -210,6 +219,22 @@ bool recv_keys_ok(Core& c, const Qp& qp, const RecvWqe& rw) {
 
 namespace {
 
+// SEND_INV (docs/protocol.md §15): every packet names the same rkey, one
+// the peer may invalidate (a bound type 2 window of this QP); the first
+// packet to arrive records it in the receive.
+bool check_invalidate(Core& c, Qp& qp, RecvWqe& rw, uint32_t rkey) {
+  if (rw.with_inv) {
+    if (rw.inv_rkey == rkey) return true;
+    c.bump(&qp, &Counters::mw_remote_inv_refused);
+    c.bump(&qp, &Counters::mw_refused_wrong_key);
+    return false;
+  }
+  if (!mw_ops::remote_invalidate_allowed(c, qp, rkey)) return false;
+  rw.with_inv = true;
+  rw.inv_rkey = rkey;
+  return true;
+}
+
 // Binds the message's MSN to the MSN-th posted receive (docs/engine.md
 // §Message numbering): out-of-order packets of different messages land in
 // the right buffers.
@@ -237,6 +262,8 @@ State check_recv(Core& c, Qp& qp, Req& r) {
   } else if (rw.total != total || rw.done) {
     return State::kNakInvalid;
   }
+  if (p.mbth.opcode == Opcode::kSendInv && !check_invalidate(c, qp, rw, p.ieth.rkey))
+    return State::kNakInvalid;
   // Every packet: the receive's MRs may have been deregistered mid-message.
   if (is_send && !recv_keys_ok(c, qp, rw)) {
     r.recv_status = WcStatus::kLocProtErr;
@@ -256,9 +283,15 @@ State check_rkey(Core& c, Qp& qp, Req& r) {
     need = p.mbth.opcode == Opcode::kReadReq ? kAccessRemoteRead : kAccessRemoteWrite;
   }
   if (len == 0) return State::kExecute;  // IB: zero-length needs no key
-  if ((qp.attr.qp_access_flags & need) != need) return State::kNakAccess;
-  if (c.mrs().check_remote(qp.owner, qp.init.pdn, rkey, va, len, need, nullptr) != KeyCheck::kOk)
+  if ((qp.attr.qp_access_flags & need) != need) {
+    mw_ops::count_rkey_refusal(c, qp, KeyCheck::kNoAccess);
     return State::kNakAccess;
+  }
+  KeyCheck k = c.mrs().check_remote(qp.owner, qp.init.pdn, qp.qpn, rkey, va, len, need, nullptr);
+  if (k != KeyCheck::kOk) {
+    mw_ops::count_rkey_refusal(c, qp, k);
+    return State::kNakAccess;
+  }
   return State::kExecute;
 }
 
@@ -296,6 +329,7 @@ State execute(Core& c, Qp& qp, Req& r) {
   switch (p.mbth.opcode) {
     case Opcode::kSend:
     case Opcode::kSendImm:
+    case Opcode::kSendInv:
       if (!p.payload.empty() && !sgl_write(c, qp.owner, r.recv->wr.sg.data(),
                                            r.recv->wr.num_sge, p.mbth.offset, p.payload)) {
         r.recv_status = WcStatus::kLocAccessErr;
@@ -341,7 +375,7 @@ State execute(Core& c, Qp& qp, Req& r) {
       rw->last_psn = p.mbth.psn;
       rw->have_last = true;
     }
-    if (p.mbth.opcode != Opcode::kSend) {
+    if (p.mbth.opcode == Opcode::kSendImm || p.mbth.opcode == Opcode::kWriteImm) {
       rw->with_imm = true;
       rw->imm = p.imm;
     }
@@ -592,7 +626,7 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
     std::span<uint8_t> buf(c.scratch().data(), len);
     c.commit(qp.owner);  // a READ sees earlier writes, and their failure is not lost
     if (qp.state == QpState::kErr) break;
-    if (len && c.mrs().check_remote(qp.owner, qp.init.pdn, j.rkey, j.va + j.done, len,
+    if (len && c.mrs().check_remote(qp.owner, qp.init.pdn, qp.qpn, j.rkey, j.va + j.done, len,
                                     kAccessRemoteRead, nullptr) != KeyCheck::kOk) {
       // The MR was deregistered (or changed) after the request was accepted.
       c.bump(&qp, &Counters::rx_nak_access);

@@ -34,6 +34,8 @@ enum AccessFlag : uint32_t {  // ibv_access_flags
   kAccessRemoteWrite = 2,
   kAccessRemoteRead = 4,
   kAccessRemoteAtomic = 8,
+  kAccessMwBind = 16,    // memory windows may be bound to the MR (docs/engine.md §Memory windows)
+  kAccessZeroBased = 32, // not supported: refused
 };
 
 enum QpAttrMask : uint32_t {  // ibv_qp_attr_mask
@@ -65,6 +67,9 @@ enum class WrOpcode : uint8_t {  // ibv_wr_opcode
   kRdmaRead = 4,
   kAtomicCmpSwap = 5,
   kAtomicFetchAdd = 6,
+  kLocalInv = 7,    // invalidate a type 2 window (SendWr::invalidate_rkey)
+  kBindMw = 8,      // bind a memory window (SendWr::bind)
+  kSendWithInv = 9, // SEND that invalidates the peer's window invalidate_rkey
 };
 
 enum SendFlag : uint32_t {  // ibv_send_flags
@@ -98,11 +103,13 @@ enum class WcOpcode : uint8_t {  // ibv_wc_opcode
   kRdmaRead = 2,
   kCompSwap = 3,
   kFetchAdd = 4,
+  kBindMw = 5,
+  kLocalInv = 6,
   kRecv = 128,
   kRecvRdmaWithImm = 129,
 };
 
-enum WcFlag : uint32_t { kWcGrh = 1, kWcWithImm = 2 };  // ibv_wc_flags
+enum WcFlag : uint32_t { kWcGrh = 1, kWcWithImm = 2, kWcWithInv = 8 };  // ibv_wc_flags
 
 enum class EventType : uint8_t {  // ibv_event_type
   kCqErr = 0,
@@ -118,6 +125,8 @@ enum class EventType : uint8_t {  // ibv_event_type
   kSrqLimitReached = 15,     // element: the SRQ number
   kQpLastWqeReached = 16,
 };
+
+enum class MwType : uint8_t { kType1 = 1, kType2 = 2 };  // enum ibv_mw_type
 
 struct Sge {
   uint64_t addr = 0;
@@ -141,6 +150,18 @@ struct SendWr {
   uint32_t ah = 0;           // address handle (Engine::create_ah)
   uint32_t remote_qpn = 0;   // 24 bits
   uint32_t remote_qkey = 0;  // high bit set: use the QP's own Q_Key (§13.4)
+  // kLocalInv / kSendWithInv: the rkey to invalidate (ibv_send_wr's
+  // invalidate_rkey, which shares imm_data's place; carried in `imm`).
+  // kBindMw (docs/engine.md §Memory windows): the window, its new rkey in
+  // `rkey`, and the MR range and rights it grants.
+  struct Bind {
+    uint32_t mw = 0;      // Engine::alloc_mw's handle
+    uint32_t lkey = 0;    // the MR
+    uint32_t access = 0;  // remote read/write/atomic
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    MwType type = MwType::kType1;  // kType1: ibv_bind_mw; kType2: IBV_WR_BIND_MW
+  } bind;
 };
 
 struct RecvWr {
@@ -155,7 +176,7 @@ struct Completion {  // mirrors struct ibv_wc's fields the engine fills
   WcOpcode opcode = WcOpcode::kSend;
   uint32_t vendor_err = 0;
   uint32_t byte_len = 0;
-  uint32_t imm = 0;       // host order
+  uint32_t imm = 0;       // host order; with kWcWithInv the invalidated rkey
   uint32_t qp_num = 0;
   uint32_t src_qp = 0;
   uint32_t wc_flags = 0;  // kWcWithImm, kWcGrh
@@ -249,6 +270,7 @@ struct DeviceCaps {
   uint32_t max_ah = 65536;
   uint32_t max_mcast_grp = 1024;
   uint32_t max_mcast_qp_attach = 64;  // QPs per group
+  uint32_t max_mw = 65536;  // memory windows, type 1 and 2 (docs/engine.md §Memory windows)
 };
 
 }  // namespace metaroce::fw

@@ -165,7 +165,7 @@ bool begin(Core& c, Qp& qp, const proto::Packet& p) {
   u.has_recv = consumes_recv(op);
   if (!is_send(op) && u.length) {
     bool allowed = qp.attr.qp_access_flags & kAccessRemoteWrite;
-    if (!allowed || c.mrs().check_remote(qp.owner, qp.init.pdn, p.reth.rkey, p.reth.va,
+    if (!allowed || c.mrs().check_remote(qp.owner, qp.init.pdn, qp.qpn, p.reth.rkey, p.reth.va,
                                          u.length, kAccessRemoteWrite, nullptr) != KeyCheck::kOk) {
       c.bump(&qp, &Counters::rx_drop_uc_access);
       return false;

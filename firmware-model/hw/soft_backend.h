@@ -70,6 +70,11 @@ class SoftBackend : public TransportBackend {
   int post_srq_recv(fw::OwnerId o, uint32_t srqn, const fw::RecvWr& wr) override {
     return engine_.post_srq_recv(o, srqn, wr);
   }
+  int alloc_mw(fw::OwnerId o, uint32_t pdn, fw::MwType type, uint32_t* handle,
+               uint32_t* rkey) override {
+    return engine_.alloc_mw(o, pdn, type, handle, rkey);
+  }
+  int dealloc_mw(fw::OwnerId o, uint32_t handle) override { return engine_.dealloc_mw(o, handle); }
   int post_send(fw::OwnerId o, uint32_t qpn, const fw::SendWr& wr) override {
     return engine_.post_send(o, qpn, wr);
   }

@@ -104,6 +104,12 @@ class TransportBackend {
   virtual int post_srq_recv(fw::OwnerId, uint32_t /*srqn*/, const fw::RecvWr&) {
     return EOPNOTSUPP;
   }
+  // Memory windows (fw::Engine::alloc_mw). EOPNOTSUPP from a backend without them.
+  virtual int alloc_mw(fw::OwnerId, uint32_t /*pdn*/, fw::MwType, uint32_t* /*handle*/,
+                       uint32_t* /*rkey*/) {
+    return EOPNOTSUPP;
+  }
+  virtual int dealloc_mw(fw::OwnerId, uint32_t /*handle*/) { return EOPNOTSUPP; }
 
   // ---- doorbells (data path) ----
   // ENOMEM: the queue is full; the caller keeps the WR and retries.

@@ -87,6 +87,12 @@ WqeDefect to_fw(const mroce_send_wqe& w, fw::SendWr* wr) {
   wr->ah = w.ud.ah;
   wr->remote_qpn = w.ud.remote_qpn;
   wr->remote_qkey = w.ud.remote_qkey;
+  wr->bind = {};
+  if (w.opcode == static_cast<uint8_t>(fw::WrOpcode::kBindMw)) {
+    // type is checked against the window's by the engine (MwCheck::kWrongType).
+    wr->bind = {w.bind.mw, w.bind.mr_lkey, w.bind.access, w.remote_addr, w.compare_add,
+                w.bind.type == 2 ? fw::MwType::kType2 : fw::MwType::kType1};
+  }
   wr->inline_data.clear();
   wr->num_sge = 0;
   if (w.send_flags & fw::kSendInline) {
@@ -121,6 +127,11 @@ mroce_send_wqe to_abi(const fw::SendWr& wr) {
   w.ud.ah = wr.ah;
   w.ud.remote_qpn = wr.remote_qpn;
   w.ud.remote_qkey = wr.remote_qkey;
+  if (wr.opcode == fw::WrOpcode::kBindMw) {
+    w.bind = {wr.bind.mw, wr.bind.lkey, wr.bind.access, static_cast<uint32_t>(wr.bind.type)};
+    w.remote_addr = wr.bind.addr;
+    w.compare_add = wr.bind.length;
+  }
   if (wr.send_flags & fw::kSendInline) {
     w.inline_len = static_cast<uint16_t>(wr.inline_data.size());
     std::memcpy(w.u.inline_data, wr.inline_data.data(), wr.inline_data.size());

@@ -112,7 +112,31 @@ struct NamedCounter {
   X(rx_drop_uc_no_recv)          \
   X(rx_drop_uc_access)           \
   X(rx_drop_uc_too_long)         \
-  X(rx_drop_uc_malformed)
+  X(rx_drop_uc_malformed)        \
+  /* mw: memory windows */        \
+  X(mw_binds)                    \
+  X(mw_local_invalidations)      \
+  X(mw_remote_invalidations)     \
+  X(mw_bind_refused)             \
+  X(mw_local_inv_refused)        \
+  X(mw_remote_inv_refused)       \
+  X(mw_refused_no_window)        \
+  X(mw_refused_wrong_owner)      \
+  X(mw_refused_wrong_pd)         \
+  X(mw_refused_wrong_type)       \
+  X(mw_refused_busy)             \
+  X(mw_refused_wrong_key)        \
+  X(mw_refused_no_mr)            \
+  X(mw_refused_mr_no_bind)       \
+  X(mw_refused_out_of_bounds)    \
+  X(mw_refused_bad_access)       \
+  X(mw_refused_wrong_qp)         \
+  X(rkey_refused_no_key)         \
+  X(rkey_refused_wrong_owner)    \
+  X(rkey_refused_wrong_pd)       \
+  X(rkey_refused_wrong_qp)       \
+  X(rkey_refused_out_of_bounds)  \
+  X(rkey_refused_no_access)
 
 #define MROCE_X(name) +1
 inline constexpr size_t kEngineCounters = 0 MROCE_ENGINE_COUNTERS(MROCE_X);

@@ -64,6 +64,9 @@ enum mroce_op {
   MROCE_OP_QUERY_SRQ = 26,    /* mroce_handle_req (handle = srqn) */
   MROCE_OP_DESTROY_SRQ = 27,  /* mroce_handle_req (handle = srqn) */
   MROCE_OP_QUERY_DEVICE_EX = 28, /* empty -> mroce_device_attr_ex (SRQ caps, ...) */
+  /* mw: memory windows (docs/device-abi.md §2.8); 31 reserved for them */
+  MROCE_OP_ALLOC_MW = 29,     /* mroce_alloc_mw_req -> mroce_alloc_mw_resp */
+  MROCE_OP_DEALLOC_MW = 30,   /* mroce_handle_req (handle = the window's handle) */
   /* cm: the emulated /dev/infiniband/rdma_cm (docs/connection-manager.md §4, §6).
    * One control connection per emulated file; no context needed. */
   MROCE_OP_UCMA_OPEN = 32, /* request carries 1 fd: the channel's event socket (daemon's end);
@@ -132,7 +135,8 @@ struct mroce_device_attr_ex {
   uint32_t max_mcast_grp;
   uint32_t max_mcast_qp_attach; /* QPs per group */
   uint32_t ctx_max_qp, ctx_max_cq, ctx_max_mr, ctx_max_pd, ctx_max_ah, ctx_max_srq;
-  uint32_t reserved[5];
+  uint32_t reserved[4];
+  uint32_t max_mw;       /* mw: memory windows, type 1 and 2 (docs/device-abi.md §2.8); 0 none */
 };
 MROCE_STATIC_ASSERT(sizeof(struct mroce_device_attr_ex) == 64, "device_attr_ex");
 
@@ -163,6 +167,17 @@ struct mroce_handle_req { /* DEALLOC_PD, DEREG_MR (lkey), DESTROY_CQ, DESTROY_QP
 struct mroce_alloc_pd_resp {
   uint32_t pdn;
   uint32_t reserved;
+};
+
+/* ALLOC_MW: a memory window in a PD, unbound. rkey is its initial rkey
+ * (key part, the low 8 bits, 0); binds change the key part. */
+struct mroce_alloc_mw_req {
+  uint32_t pdn;
+  uint32_t type; /* enum ibv_mw_type: 1 or 2 */
+};
+struct mroce_alloc_mw_resp {
+  uint32_t handle;
+  uint32_t rkey;
 };
 
 struct mroce_reg_mr_req {
@@ -396,7 +411,15 @@ struct mroce_send_wqe {
       uint32_t remote_qkey; /* high bit set: the QP's own Q_Key */
       uint32_t spare;
     } ud;
+    struct {             /* IBV_WR_BIND_MW (8): remote_addr = start, compare_add = length,
+                            rkey = the window's new rkey (docs/device-abi.md §3.1) */
+      uint32_t mw;       /* MROCE_OP_ALLOC_MW's handle */
+      uint32_t mr_lkey;  /* the MR bound to */
+      uint32_t access;   /* IBV_ACCESS_REMOTE_{READ,WRITE,ATOMIC} */
+      uint32_t type;     /* 1: posted by ibv_bind_mw; 2: by IBV_WR_BIND_MW */
+    } bind;
   };
+  /* IBV_WR_LOCAL_INV (7), IBV_WR_SEND_WITH_INV (9): imm = invalidate_rkey. */
   union {
     struct mroce_sge sg[MROCE_MAX_SGE];
     uint8_t inline_data[MROCE_MAX_INLINE];
@@ -420,7 +443,8 @@ struct mroce_cqe {
   uint32_t opcode;     /* enum ibv_wc_opcode */
   uint32_t vendor_err;
   uint32_t byte_len;
-  uint32_t imm;        /* host order; the provider converts to network order */
+  uint32_t imm;        /* host order; the provider converts to network order. With
+                          IBV_WC_WITH_INV: the invalidated rkey (host order, as is) */
   uint32_t qp_num;
   uint32_t src_qp;
   uint32_t wc_flags;   /* ibv_wc_flags */

@@ -409,7 +409,7 @@ void rc_abort_and_errors(Rc *p) {
   } cases[] = {{"inline over max_inline_data", "max_inline_data", EINVAL},
                {"too many SGEs", "max_send_sge", EINVAL},
                {"inline data on a READ", "READ or an atomic", EINVAL},
-               {"bind_mw", "not supported", EOPNOTSUPP},
+               {"bind_mw naming no window", "bind_mw", EINVAL},
                {"set_sge before an opcode", "before any opcode", EINVAL}};
   ibv_sge many[5] = {};
   for (const Bad &c : cases) {
@@ -429,7 +429,7 @@ void rc_abort_and_errors(Rc *p) {
     } else if (!strcmp(c.what, "inline data on a READ")) {
       ibv_wr_rdma_read(p->x, p->mr[1]->rkey, p->raddr(0));
       ibv_wr_set_inline_data(p->x, big.data(), 8);
-    } else if (!strcmp(c.what, "bind_mw")) {
+    } else if (!strcmp(c.what, "bind_mw naming no window")) {
       ibv_wr_bind_mw(p->x, nullptr, 0, nullptr);
     }
     Reason r;
@@ -452,7 +452,7 @@ void rc_create_refusals(Rc *p) {
     const char *reason;
   } cases[] = {{IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ, "not supported on this QP type"},
                {IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE, "not supported on this QP type"},
-               {IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW, "not supported on this QP type"},
+               {IBV_QPT_UC, IBV_QP_EX_WITH_BIND_MW, "not supported on this QP type"},
                {IBV_QPT_RC, IBV_QP_EX_WITH_TSO, "not supported on this QP type"}};
   for (auto &c : cases) {
     Reason r;
@@ -790,7 +790,8 @@ int case_limits(const char *dev) {
          d.max_qp, d.max_qp_wr, d.max_sge, d.max_cq, d.max_cqe, d.max_mr, d.max_pd, d.max_ah,
          d.max_srq, d.max_mw, d.max_mcast_grp, d.device_cap_flags);
   EXPECT(dx.phys_port_cnt_ex == 1 && d.phys_port_cnt == 1);
-  EXPECT(d.max_mw == 0 && !(d.device_cap_flags & IBV_DEVICE_MEM_WINDOW));
+  EXPECT(d.max_mw > 0 && (d.device_cap_flags & IBV_DEVICE_MEM_WINDOW) &&  // mw: tests/mw
+         (d.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B));
   EXPECT(d.device_cap_flags & IBV_DEVICE_RC_RNR_NAK_GEN);
   EXPECT(!(d.device_cap_flags & (IBV_DEVICE_XRC | IBV_DEVICE_SRQ_RESIZE |
                                  IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_UD_IP_CSUM)));

@@ -41,7 +41,8 @@ t_limits() { in_a "$EXTAPI_E2E" limits "$MROCE_DEV_A"; }
 t_devinfo() {
   local out; out=$(in_a ibv_devinfo -v -d "$MROCE_DEV_A") || e2e_fail "ibv_devinfo failed"
   echo "$out" | grep -E "max_mw|max_mcast|phys_port_cnt|max_srq:|RC_RNR_NAK_GEN|max_qp_wr"
-  grep -qE "max_mw:[[:space:]]+0$" <<<"$out" || e2e_fail "max_mw is not 0"
+  grep -qE "max_mw:[[:space:]]+[1-9]" <<<"$out" || e2e_fail "no memory windows (max_mw 0)"
+  grep -q "MEM_WINDOW_TYPE_2B" <<<"$out" || e2e_fail "MEM_WINDOW_TYPE_2B not in device_cap_flags"
   grep -qE "max_mcast_grp:[[:space:]]+[1-9]" <<<"$out" || e2e_fail "no multicast groups"
   grep -q "RC_RNR_NAK_GEN" <<<"$out" || e2e_fail "RC_RNR_NAK_GEN not in device_cap_flags"
 }

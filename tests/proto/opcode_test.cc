@@ -21,6 +21,7 @@ TEST_CASE("opcode_table__header_lengths_follow_the_spec") {
   CHECK(header_length(Opcode::kNack) == 32);
   CHECK(header_length(Opcode::kProbe) == 32);
   CHECK(header_length(Opcode::kProbeReply) == 32);
+  CHECK(header_length(Opcode::kSendInv) == 32);  // MBTH + SETH + IETH (§15.2)
   CHECK(header_length(static_cast<Opcode>(0x00)) == 0);
   CHECK(header_length(static_cast<Opcode>(0xFF)) == 0);
 }
@@ -45,6 +46,7 @@ TEST_CASE("opcode_table__extension_order") {
   CHECK(exts(Opcode::kNack) == "NACKH,");
   CHECK(exts(Opcode::kProbe) == "PROBEH,");
   CHECK(exts(Opcode::kProbeReply) == "PROBEH,");
+  CHECK(exts(Opcode::kSendInv) == "SETH,IETH,");
   // UC (§14): RC's request layouts.
   CHECK(exts(Opcode::kUcSend) == "SETH,");
   CHECK(exts(Opcode::kUcSendImm) == "SETH,IMM,");
@@ -57,7 +59,7 @@ TEST_CASE("opcode_table__payload_and_kind") {
   for (const auto& row : kOpcodeTable)
     if (row.payload) with_payload.insert(row.name);
   CHECK(with_payload ==
-        std::set<std::string>{"SEND", "SEND_IMM", "RDMA_WRITE", "RDMA_WRITE_IMM", "RDMA_READ_RESP",
+        std::set<std::string>{"SEND", "SEND_IMM", "SEND_INV", "RDMA_WRITE", "RDMA_WRITE_IMM", "RDMA_READ_RESP",
                               "CM_REQ", "CM_MRA", "CM_REJ", "CM_REP", "CM_RTU", "CM_DREQ",
                               "CM_DREP", "UD_SEND", "UD_SEND_IMM", "UC_SEND", "UC_SEND_IMM",
                               "UC_RDMA_WRITE", "UC_RDMA_WRITE_IMM"});

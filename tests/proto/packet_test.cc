@@ -74,6 +74,7 @@ Packet random_packet(Opcode op, std::mt19937_64& rng, Bytes& payload_store) {
       case Ext::kProbeh: p.probe = {static_cast<uint32_t>(rng()), static_cast<uint32_t>(rng())}; break;
       case Ext::kCmh: p.cm = random_cmh(rng); break;
       case Ext::kDeth: p.deth = {static_cast<uint32_t>(rng()), static_cast<uint32_t>(rng() & 0xFFFFFF)}; break;
+      case Ext::kIeth: p.ieth.rkey = static_cast<uint32_t>(rng()); break;
       case Ext::kNone: break;
     }
   }
@@ -311,7 +312,7 @@ TEST_CASE("parse_transport__bad_version_and_unknown_opcode") {
     refresh_icrc(c);
     CHECK(parse_transport(c).error() == ParseError{ParseErrorCode::kBadVersion, 0, "MBTH.version"});
   }
-  for (int op : {0x00, 0x0A, 0x0F, 0x14, 0x80, 0xFF}) {
+  for (int op : {0x00, 0x0B, 0x0F, 0x14, 0x80, 0xFF}) {  // 0x0B: reserved (§15.2)
     Bytes c = b;
     c[1] = static_cast<uint8_t>(op);
     refresh_icrc(c);

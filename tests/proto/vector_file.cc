@@ -100,6 +100,7 @@ const std::map<std::string, Setter>& numeric_fields() {
       {"reth.length", [](Vector&, Packet& p, uint64_t x) { set(p.reth.length, x); }},
       {"seth.length", [](Vector&, Packet& p, uint64_t x) { set(p.seth.length, x); }},
       {"imm", [](Vector&, Packet& p, uint64_t x) { set(p.imm, x); }},
+      {"ieth.rkey", [](Vector&, Packet& p, uint64_t x) { set(p.ieth.rkey, x); }},
       {"atomic.va", [](Vector&, Packet& p, uint64_t x) { set(p.atomic.va, x); }},
       {"atomic.rkey", [](Vector&, Packet& p, uint64_t x) { set(p.atomic.rkey, x); }},
       {"atomic.swap_add", [](Vector&, Packet& p, uint64_t x) { set(p.atomic.swap_add, x); }},

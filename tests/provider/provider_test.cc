@@ -338,7 +338,13 @@ TEST_CASE("post_send__rejects_bad_input_with_einval") {
   CHECK(mroce_post_send(f.qp, &w, &bad) == EINVAL);  // QP still in RESET
   CHECK(bad == &w);
   f.to_rts();
-  w.opcode = IBV_WR_LOCAL_INV;
+  w.opcode = IBV_WR_TSO;  // not supported
+  CHECK(mroce_post_send(f.qp, &w, &bad) == EINVAL);
+  w.opcode = IBV_WR_BIND_MW;  // names no window
+  CHECK(mroce_post_send(f.qp, &w, &bad) == EINVAL);
+  ibv_mw type1 = {};
+  type1.type = IBV_MW_TYPE_1;  // binds through ibv_bind_mw only
+  w.bind_mw.mw = &type1;
   CHECK(mroce_post_send(f.qp, &w, &bad) == EINVAL);
   w.opcode = IBV_WR_SEND;
   w.num_sge = 5;  // cap is 4

@@ -32,6 +32,8 @@ OPCODES = {
     "ATOMIC_CMP_SWAP": (0x07, ["AtomicETH"], False),
     "ATOMIC_FETCH_ADD": (0x08, ["AtomicETH"], False),
     "ATOMIC_RESP": (0x09, ["AtomicAckETH"], False),
+    # memory windows (docs/protocol.md section 15)
+    "SEND_INV": (0x0A, ["SETH", "IETH"], True),
     "ACK": (0x10, ["ACKH"], False),
     "NACK": (0x11, ["NACKH"], False),
     "PROBE": (0x12, ["PROBEH"], False),
@@ -63,6 +65,7 @@ EXT_LAYOUT = {
     "RETH": [("reth.va", "Q"), ("reth.rkey", "I"), ("reth.length", "I")],
     "SETH": [("seth.length", "I")],
     "IMM": [("imm", "I")],
+    "IETH": [("ieth.rkey", "I")],
     "AtomicETH": [("atomic.va", "Q"), ("atomic.rkey", "I"), ("atomic.swap_add", "Q"),
                   ("atomic.compare", "Q")],
     "AtomicAckETH": [("atomic_ack.original", "Q")],

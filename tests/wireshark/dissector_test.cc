@@ -169,6 +169,7 @@ std::vector<std::string> expected_lines(const Packet& p, uint32_t icrc) {
         want.push_back(fmt("Q_Key: 0x%08" PRIx32, p.deth.qkey));
         want.push_back(fmt("Source QP: 0x%06" PRIx32, p.deth.src_qpn));
         break;
+      case Ext::kIeth: want.push_back(fmt("Invalidate R_Key: 0x%08" PRIx32, p.ieth.rkey)); break;
       case Ext::kNone: break;
     }
   }

@@ -93,6 +93,7 @@ class Dut {
   uint64_t va(uint64_t off) const { return reinterpret_cast<uint64_t>(mem_.data()) + off; }
   uint32_t rkey() const { return mr_->rkey; }
   uint32_t lkey() const { return mr_->lkey; }
+  ibv_pd* pd() { return pd_; }  // memory-window cases register their own MR in it
   size_t mem_size() const { return mem_.size(); }
 
  private:

@@ -33,7 +33,7 @@ struct Item {
 
 bool is_request(Opcode op) {
   switch (op) {
-    case Opcode::kSend: case Opcode::kSendImm: case Opcode::kWrite: case Opcode::kWriteImm:
+    case Opcode::kSend: case Opcode::kSendImm: case Opcode::kSendInv: case Opcode::kWrite: case Opcode::kWriteImm:
     case Opcode::kReadReq: case Opcode::kAtomicCmpSwap: case Opcode::kAtomicFetchAdd: return true;
     default: return false;
   }
@@ -50,7 +50,8 @@ bool is_cm(Opcode op) { return op >= Opcode::kCmReq && op <= Opcode::kCmDrep; }
 bool is_ud(Opcode op) { return op == Opcode::kUdSend || op == Opcode::kUdSendImm; }
 bool not_rc(Opcode op) { return is_cm(op) || is_ud(op); }
 bool receive_consuming(Opcode op) {
-  return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
+  return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kSendInv ||
+         op == Opcode::kWriteImm;
 }
 bool is_atomic(Opcode op) { return op == Opcode::kAtomicCmpSwap || op == Opcode::kAtomicFetchAdd; }
 

@@ -26,6 +26,8 @@ local OPCODES = {
   [0x07] = { "ATOMIC_CMP_SWAP", { "AtomicETH" }, false },
   [0x08] = { "ATOMIC_FETCH_ADD", { "AtomicETH" }, false },
   [0x09] = { "ATOMIC_RESP", { "AtomicAckETH" }, false },
+  -- memory windows (docs/protocol.md §15): SEND that invalidates the responder's rkey
+  [0x0A] = { "SEND_INV", { "SETH", "IETH" }, true },
   [0x10] = { "ACK", { "ACKH" }, false },
   [0x11] = { "NACK", { "NACKH" }, false },
   [0x12] = { "PROBE", { "PROBEH" }, false },
@@ -144,6 +146,8 @@ local f = {
   deth_qkey = ProtoField.uint32("metaroce.deth.qkey", "Q_Key", base.HEX),
   deth_rsvd = ProtoField.uint8("metaroce.deth.reserved", "Reserved", base.HEX),
   deth_src_qpn = ProtoField.uint24("metaroce.deth.src_qpn", "Source QP", base.HEX),
+  -- IETH (§15.2)
+  ieth_rkey = ProtoField.uint32("metaroce.ieth.rkey", "Invalidate R_Key", base.HEX),
   -- payload, ICRC (§5)
   payload = ProtoField.bytes("metaroce.payload", "Payload"),
   icrc = ProtoField.uint32("metaroce.icrc", "ICRC", base.HEX),
@@ -215,6 +219,9 @@ local EXTS = {
   end },
   PROBEH = { 8, "Probe Header", function(t, r)
     t:add(f.probe_nonce, r(0, 4)); t:add(f.probe_echo_ts, r(4, 4))
+  end },
+  IETH = { 4, "Invalidate Extended Transport Header", function(t, r)
+    t:add(f.ieth_rkey, r(0, 4))
   end },
   DETH = { 8, "Datagram Extended Transport Header", function(t, r)
     t:add(f.deth_qkey, r(0, 4)); t:add(f.deth_rsvd, r(4, 1)); t:add(f.deth_src_qpn, r(5, 3))
