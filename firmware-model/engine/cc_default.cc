@@ -126,10 +126,13 @@ void DefaultCongestionControl::on_timeout(Time now) {
 }
 
 void DefaultCongestionControl::on_spurious_timeout(Time now) {
-  (void)now;
   cwnd_ = std::max(cwnd_, before_timeout_);
   before_timeout_ = 0;
   clamp();
+  // The ACKs held with the one that proved the timeout spurious carry the
+  // stall in their RTT, not a queue: no delay decrease for one more RTT.
+  last_decrease_ = now;
+  decreased_once_ = true;
 }
 
 uint64_t DefaultCongestionControl::window_bytes() const {

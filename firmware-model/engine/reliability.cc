@@ -86,7 +86,11 @@ void RttEstimator::sample(Time rtt, uint8_t path) {
 
 Time RttEstimator::rto() const {
   if (srtt_ == 0) return kInitialRto;
-  return std::max(kMinRto, srtt_ + 4 * rttvar_);
+  // rttvar decays with every sample, so on a steady path srtt + 4 rttvar
+  // shrinks to about srtt and a frame held back (reordering, a late ACK,
+  // a descheduled hop) fires a spurious RTO. Floored at the tail loss
+  // probe plus a round trip: the probe is answered before the RTO fires.
+  return std::max({kMinRto, srtt_ + 4 * rttvar_, pto() + srtt_});
 }
 
 Time RttEstimator::pto() const {
