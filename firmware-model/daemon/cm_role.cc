@@ -38,6 +38,7 @@ enum : uint32_t {  // enum rdma_cm_event_type, fixed by the ABI
   RDMA_CM_EVENT_ESTABLISHED = 9,
   RDMA_CM_EVENT_DISCONNECTED = 10,
   RDMA_CM_EVENT_TIMEWAIT_EXIT = 15,
+  RDMA_CM_EVENT_MULTICAST_JOIN = 17,
 };
 
 constexpr fw::Time kMs = 1'000'000;
@@ -73,6 +74,11 @@ bool is_loopback(const proto::IpAddr& ip) {
 bool is_any(const proto::IpAddr& ip) {
   static const uint8_t v4any[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0, 0, 0};
   return ip == proto::IpAddr{} || std::memcmp(ip.bytes.data(), v4any, 16) == 0 || is_loopback(ip);
+}
+
+// An IP multicast group: IPv4-mapped 224.0.0.0/4 or IPv6 ff00::/8.
+bool is_multicast(const proto::IpAddr& ip) {
+  return ip.is_v4() ? (ip.bytes[12] & 0xF0) == 0xE0 : ip.bytes[0] == 0xFF;
 }
 
 // Whether any interface of this network namespace has the address
@@ -186,6 +192,9 @@ CmdSize cmd_size(uint32_t cmd) {
     case RDMA_USER_CM_CMD_SET_OPTION: return {sizeof(rdma_ucm_set_option), 0};
     case RDMA_USER_CM_CMD_NOTIFY: return {sizeof(rdma_ucm_notify), 0};
     case RDMA_USER_CM_CMD_MIGRATE_ID: return {sizeof(rdma_ucm_migrate_id), sizeof(rdma_ucm_migrate_resp)};
+    case RDMA_USER_CM_CMD_JOIN_IP_MCAST: return {sizeof(rdma_ucm_join_ip_mcast), sizeof(rdma_ucm_create_id_resp)};
+    case RDMA_USER_CM_CMD_JOIN_MCAST: return {sizeof(rdma_ucm_join_mcast), sizeof(rdma_ucm_create_id_resp)};
+    case RDMA_USER_CM_CMD_LEAVE_MCAST: return {sizeof(rdma_ucm_destroy_id), sizeof(rdma_ucm_destroy_id_resp)};
     default: return {0, 0};
   }
 }
@@ -264,6 +273,7 @@ struct CmRole::Id {
   uint32_t start_psn = 0;
   uint8_t tos = 0, ack_timeout = 0;
   bool reuseaddr = false, afonly = false;
+  uint32_t groups = 0;  // multicast memberships (groups_)
   uint32_t qkey = 0;  // UD: fixed by the first INIT_QP_ATTR or ACCEPT (the kernel's cma_set_qkey)
   bool ud() const { return cm_qp_type(ps, qp_type) == proto::kCmQpUd; }
 };
@@ -290,6 +300,13 @@ struct CmRole::Channel {
   uint64_t token = 0;
   std::deque<Record> pending;
   std::vector<Handle> ids;
+};
+
+// One multicast membership of an ID (JOIN_*MCAST), named by its own handle.
+struct CmRole::Group {
+  Handle id = 0;
+  uint64_t uid = 0;  // the application's cookie for it (librdmacm: its cma_multicast)
+  proto::IpAddr ip;
 };
 
 struct CmRole::Cmd {
@@ -655,6 +672,7 @@ void CmRole::forget_id(Handle h, fw::Time now) {
   }
   flush(out);
   for (const cm::Event& e : out.events) deliver(e, now);
+  drop_groups_of(h);
   auto ch = channels_.find(id.client);
   if (ch != channels_.end()) std::erase(ch->second.ids, h);
   if (--ids_per_user_[id.user] == 0) ids_per_user_.erase(id.user);
@@ -692,6 +710,9 @@ int CmRole::command(Channel& ch, const Cmd& c, fw::Time now, Reply* out) {
     case RDMA_USER_CM_CMD_SET_OPTION: return set_option(ch, c, out);
     case RDMA_USER_CM_CMD_NOTIFY: return notify(ch, c, now, out);
     case RDMA_USER_CM_CMD_MIGRATE_ID: return migrate_id(ch, c, out);
+    case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
+    case RDMA_USER_CM_CMD_JOIN_MCAST: return join(ch, c, out);
+    case RDMA_USER_CM_CMD_LEAVE_MCAST: return leave(ch, c, out);
   }
   return fail(out, ENOSYS, "rdma_cm command not served");
 }
@@ -853,7 +874,7 @@ void CmRole::try_resolve(Handle h, Id& id, fw::Time now) {
   proto::IpAddr dip;
   ip_of(id.dst, &dip);
   proto::MacAddr mac;
-  const bool ok = is_loopback(dip) || local_address(dip) || (env_.link && env_.link->resolve(dip, &mac));
+  const bool ok = is_loopback(dip) || local_address(dip) || is_multicast(dip) || (env_.link && env_.link->resolve(dip, &mac));
   if (ok) {
     id.addr = Id::Addr::kResolved;
     counters_.cm_addr_resolved++;
@@ -1172,6 +1193,128 @@ int CmRole::migrate_id(Channel& ch, const Cmd& c, Reply* out) {
   rdma_ucm_migrate_resp r{};  // events read: the interposer's count
   answer(r, c.out_len, out);
   return 0;
+}
+
+}  // namespace metaroce::daemon
+
+namespace metaroce::daemon {
+
+// ---------------- multicast (rdma_join_multicast, rdma_leave_multicast) ----------------
+
+// JOIN_IP_MCAST (librdmacm without AF_IB) or JOIN_MCAST: the address, its
+// size and the flags checked as the kernel's ucma_join_multicast does.
+int CmRole::join(Channel& ch, const Cmd& c, Reply* out) {
+  sockaddr_storage a{};
+  if (c.cmd == RDMA_USER_CM_CMD_JOIN_IP_MCAST) {
+    const auto cmd = load<rdma_ucm_join_ip_mcast>(c.in);
+    std::memcpy(&a, &cmd.addr, sizeof cmd.addr);
+    return join_to(ch, c, cmd.id, cmd.uid, a, out);
+  }
+  const auto cmd = load<rdma_ucm_join_mcast>(c.in);
+  if (cmd.join_flags != RDMA_MC_JOIN_FLAG_FULLMEMBER && cmd.join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
+    return fail(out, EINVAL, "unknown multicast join flags");
+  if (cmd.addr_size > sizeof cmd.addr) return fail(out, EINVAL, "JOIN_MCAST addr_size larger than the address");
+  std::memcpy(&a, &cmd.addr, cmd.addr_size);
+  const bool sized = (a.ss_family == AF_INET && cmd.addr_size == sizeof(sockaddr_in)) ||
+                     (a.ss_family == AF_INET6 && cmd.addr_size == sizeof(sockaddr_in6));
+  if ((a.ss_family == AF_INET || a.ss_family == AF_INET6) && !sized)
+    return fail(out, EINVAL, "JOIN_MCAST addr_size is not its family's");
+  return join_to(ch, c, cmd.id, cmd.uid, a, out);
+}
+
+// The ID must be UD, bound to a MetaRoCE address and not past address
+// resolution (the kernel's ADDR_BOUND or ADDR_RESOLVED); the group is
+// bounded per ID and per user. MULTICAST_JOIN follows at once: no SM on
+// Ethernet, the application attaches its QP (librdmacm does, in
+// rdma_get_cm_event) and the engine delivers (docs/protocol.md §13.7).
+int CmRole::join_to(Channel& ch, const Cmd& c, Handle h, uint64_t uid, const sockaddr_storage& a, Reply* out) {
+  if (a.ss_family != AF_INET && a.ss_family != AF_INET6)
+    return fail(out, EINVAL, "multicast address must be AF_INET or AF_INET6");
+  Id* id = find(ch, h, out);
+  if (!id) return out->err;
+  proto::IpAddr sip, gip;
+  if (!id->bound || !ip_of(id->src, &sip) || is_any(sip))
+    return fail(out, EINVAL, "rdma_cm ID is not bound to a MetaRoCE address: bind or resolve it first");
+  if (id->addr == Id::Addr::kResolving || id->route || id->conn || id->listener)
+    return fail(out, EINVAL, "rdma_cm ID must be bound or address-resolved, not resolving, routed, connected or listening");
+  if (!id->ud()) return fail(out, EINVAL, "multicast needs a UD rdma_cm ID (RDMA_PS_UDP)");
+  ip_of(a, &gip);
+  if (!is_multicast(gip)) return fail(out, EINVAL, "not a multicast address (224.0.0.0/4 or ff00::/8)");
+  if (gip.is_v4() != sip.is_v4()) return fail(out, EINVAL, "multicast group of another family than the ID's address");
+  if (id->groups >= limits_.max_groups_per_id) {
+    counters_.cm_mcast_id_limit++;
+    return fail(out, ENOMEM, "too many multicast joins on this rdma_cm ID (max_groups_per_id)");
+  }
+  if (groups_per_user_[ch.user] >= limits_.max_groups_per_user) {
+    counters_.cm_mcast_user_limit++;
+    return fail(out, ENOMEM, "too many multicast joins for this user (max_groups_per_user)");
+  }
+  if (int err = set_qkey(*id, 0, out)) return err;
+  while (next_group_ == 0 || groups_.count(next_group_)) next_group_++;
+  const Handle g = next_group_++;
+  groups_[g] = Group{h, uid, gip};
+  id->groups++;
+  groups_per_user_[ch.user]++;
+  counters_.cm_mcast_joins++;
+  rdma_ucm_create_id_resp r{};
+  r.id = g;
+  answer(r, c.out_len, out);
+  raise_join(h, *id, g);
+  return 0;
+}
+
+// MULTICAST_JOIN as the kernel's cma_make_mc_event: the group as the
+// address handle's dgid, QPN 0xFFFFFF, the ID's Q_Key; named by the group.
+void CmRole::raise_join(Handle h, const Id& id, Handle group) {
+  auto ch = channels_.find(id.client);
+  if (ch == channels_.end()) return;
+  const Group& g = groups_.at(group);
+  Id to = id;
+  to.dst = sockaddr_of(g.ip, 0, id.src.ss_family);
+  to.has_dst = true;
+  cm::ConnParam p;
+  p.qpn = 0xFFFFFF;
+  p.qkey = id.qkey;
+  Record r;
+  r.hdr.counted_id = h;
+  r.resp.uid = g.uid;
+  r.resp.id = group;
+  r.resp.event = RDMA_CM_EVENT_MULTICAST_JOIN;
+  to_ud_param(to, p, &r.resp.param.ud);
+  push(ch->second, r);
+}
+
+// LEAVE_MCAST names the group (struct rdma_ucm_destroy_id); the events it
+// handed out are the interposer's count, as for DESTROY_ID.
+int CmRole::leave(Channel& ch, const Cmd& c, Reply* out) {
+  const auto cmd = load<rdma_ucm_destroy_id>(c.in);
+  auto g = groups_.find(cmd.id);
+  if (g == groups_.end()) return fail(out, ENOENT, "no such multicast membership");
+  auto id = ids_.find(g->second.id);
+  if (id == ids_.end() || id->second.client != ch.client)
+    return fail(out, EINVAL, "multicast membership of another channel");
+  id->second.groups--;
+  if (--groups_per_user_[id->second.user] == 0) groups_per_user_.erase(id->second.user);
+  groups_.erase(g);
+  counters_.cm_mcast_leaves++;
+  rdma_ucm_destroy_id_resp r{};
+  answer(r, c.out_len, out);
+  return 0;
+}
+
+// An ID that goes leaves its groups (the kernel's ucma_cleanup_multicast).
+void CmRole::drop_groups_of(Handle h) {
+  for (auto g = groups_.begin(); g != groups_.end();) {
+    if (g->second.id != h) {
+      ++g;
+      continue;
+    }
+    const uid_t user = ids_.at(h).user;
+    if (--groups_per_user_[user] == 0) groups_per_user_.erase(user);
+    g = groups_.erase(g);
+    counters_.cm_mcast_leaves++;
+  }
+  ids_.at(h).groups = 0;
 }
 
 }  // namespace metaroce::daemon

@@ -39,6 +39,8 @@ struct CmLimits {
   uint32_t max_ids_per_client = 1024;
   uint32_t max_ids_per_user = 4096;
   uint32_t max_queued_events = 1024;  // per channel, beyond the socket's own buffer
+  uint32_t max_groups_per_id = 64;     // multicast joins of one ID
+  uint32_t max_groups_per_user = 1024; // multicast joins of one user's IDs
 };
 
 #define MROCE_CM_ROLE_COUNTERS(X)                                                   \
@@ -56,7 +58,9 @@ struct CmLimits {
   X(cm_events_queued)        /* the socket was full: queued */                     \
   X(cm_events_dropped_full)  /* the queue was full too: dropped */                 \
   X(cm_events_dropped_gone)  /* the channel socket is closed */                    \
-  X(cm_addr_resolved) X(cm_addr_errors)
+  X(cm_addr_resolved) X(cm_addr_errors)                                          \
+  X(cm_mcast_joins) X(cm_mcast_leaves)                                           \
+  X(cm_mcast_id_limit) X(cm_mcast_user_limit) /* joins refused: over the bound */
 
 struct CmRoleCounters {
 #define MROCE_CM_ROLE_FIELD(n) uint64_t n = 0;
@@ -113,6 +117,7 @@ class CmRole {
   struct Record;
   using Handle = uint32_t;
   struct Cmd;
+  struct Group;
 
   // commands (cm_role.cc)
   int create_id(Channel& ch, const Cmd& c, Reply* out);
@@ -132,6 +137,9 @@ class CmRole {
   int set_option(Channel& ch, const Cmd& c, Reply* out);
   int notify(Channel& ch, const Cmd& c, fw::Time now, Reply* out);
   int migrate_id(Channel& ch, const Cmd& c, Reply* out);
+  int join(Channel& ch, const Cmd& c, Reply* out);
+  int join_to(Channel& ch, const Cmd& c, Handle h, uint64_t uid, const sockaddr_storage& a, Reply* out);
+  int leave(Channel& ch, const Cmd& c, Reply* out);
   int command(Channel& ch, const Cmd& c, fw::Time now, Reply* out);
   int open_channel(fw::OwnerId client, uid_t uid, const std::vector<int>& fds, Reply* out);
 
@@ -150,6 +158,8 @@ class CmRole {
   void try_resolve(Handle h, Id& id, fw::Time now);
   void flush(cm::Output& out);
   void deliver(const cm::Event& e, fw::Time now);
+  void raise_join(Handle h, const Id& id, Handle group);
+  void drop_groups_of(Handle id);
   void raise(Handle counted, const Id& id, Handle named, uint32_t event, int status,
              const cm::ConnParam* param);
   void push(Channel& ch, Record r);
@@ -167,6 +177,9 @@ class CmRole {
   std::map<cm::ConnId, Handle> by_conn_;
   std::map<cm::ListenId, Handle> by_listener_;
   std::map<uid_t, uint32_t> ids_per_user_;
+  std::map<Handle, Group> groups_;  // multicast memberships, by their handle
+  std::map<uid_t, uint32_t> groups_per_user_;
+  Handle next_group_ = 1;  // never reused: the interposer drops a left group's events by it
   Handle next_handle_ = 1;
   fw::Time rej_window_ = 0;  // REJ-to-stray-REQ budget (per second)
   uint32_t rej_in_window_ = 0;

@@ -184,6 +184,9 @@ Shape shape_of(uint32_t cmd) {
     case RDMA_USER_CM_CMD_NOTIFY: return {sizeof(rdma_ucm_notify), -1};
     case RDMA_USER_CM_CMD_MIGRATE_ID: return {sizeof(rdma_ucm_migrate_id), 0};
     case RDMA_USER_CM_CMD_GET_EVENT: return {sizeof(rdma_ucm_get_event), 0};
+    case RDMA_USER_CM_CMD_JOIN_IP_MCAST: return {sizeof(rdma_ucm_join_ip_mcast), 0};
+    case RDMA_USER_CM_CMD_JOIN_MCAST: return {sizeof(rdma_ucm_join_mcast), 0};
+    case RDMA_USER_CM_CMD_LEAVE_MCAST: return {sizeof(rdma_ucm_destroy_id), 0};
     default: return {0, -1};
   }
 }
@@ -197,9 +200,7 @@ void* response_of(const uint8_t* in, int at) {
 }  // namespace
 
 ssize_t UcmaFile::command(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in) {
-  if (hdr.cmd == RDMA_USER_CM_CMD_JOIN_IP_MCAST || hdr.cmd == RDMA_USER_CM_CMD_JOIN_MCAST ||
-      hdr.cmd == RDMA_USER_CM_CMD_LEAVE_MCAST || hdr.cmd == RDMA_USER_CM_CMD_GET_OPTION)
-    return fail(ENOSYS, "not served: no multicast in MetaRoCE v1; GET_OPTION is not in the ABI");
+  if (hdr.cmd == RDMA_USER_CM_CMD_GET_OPTION) return fail(ENOSYS, "not served: GET_OPTION is not in the ABI");
   const Shape s = shape_of(hdr.cmd);
   if (s.in == 0) return fail(EINVAL, "unknown rdma_cm command");
   if (hdr.in < s.in) return fail(EINVAL, "command shorter than its struct");
@@ -208,6 +209,7 @@ ssize_t UcmaFile::command(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in) {
     case RDMA_USER_CM_CMD_DESTROY_ID: return destroy_id(hdr, in);
     case RDMA_USER_CM_CMD_SET_OPTION: return set_option(hdr, in);
     case RDMA_USER_CM_CMD_MIGRATE_ID: return migrate_id(hdr, in);
+    case RDMA_USER_CM_CMD_LEAVE_MCAST: return leave_mcast(hdr, in);
   }
   std::vector<uint8_t> reply;
   const ssize_t r = forward(hdr, in, {}, &reply);
@@ -249,6 +251,26 @@ ssize_t UcmaFile::destroy_id(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in
   std::vector<uint8_t> reply;
   if (ssize_t r = forward(hdr, in, {}, &reply); r < 0) return r;
   rdma_ucm_destroy_id_resp resp{take_reported(cmd.id)};
+  std::memcpy(response_of(in, 0), &resp, sizeof resp);
+  return 0;
+}
+
+// LEAVE_MCAST (its `id` names the group): the group's events this file
+// handed out, what rdma_leave_multicast waits to see acknowledged; its
+// unread ones are dropped (the kernel's ucma_cleanup_mc_events).
+ssize_t UcmaFile::leave_mcast(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in) {
+  rdma_ucm_destroy_id cmd;
+  std::memcpy(&cmd, in, sizeof cmd);
+  if (hdr.out < sizeof(rdma_ucm_destroy_id_resp)) return fail(ENOSPC, "LEAVE_MCAST response too small");
+  std::vector<uint8_t> reply;
+  if (ssize_t r = forward(hdr, in, {}, &reply); r < 0) return r;
+  rdma_ucm_destroy_id_resp resp{};
+  {
+    std::lock_guard<std::mutex> hold(mu_);
+    left_groups_.insert(cmd.id);
+    resp.events_reported = group_reported_[cmd.id];
+    group_reported_.erase(cmd.id);
+  }
   std::memcpy(response_of(in, 0), &resp, sizeof resp);
   return 0;
 }
@@ -308,8 +330,11 @@ ssize_t UcmaFile::get_event(const uint8_t* in, uint16_t out_len) {
     bool stale;
     {
       std::lock_guard<std::mutex> hold(mu_);
-      stale = destroyed_.count(rec.hdr.counted_id) != 0;
+      // MULTICAST_JOIN/ERROR name their group: counted for LEAVE_MCAST too.
+      const bool group = rec.resp.event == 17 || rec.resp.event == 18;
+      stale = destroyed_.count(rec.hdr.counted_id) != 0 || (group && left_groups_.count(rec.resp.id) != 0);
       if (!stale) reported_[rec.hdr.counted_id]++;
+      if (!stale && group) group_reported_[rec.resp.id]++;
     }
     if (stale) {
       if (rec.resp.event == 4 /* RDMA_CM_EVENT_CONNECT_REQUEST */ && rec.resp.id != rec.hdr.counted_id) {

@@ -89,6 +89,7 @@ class UcmaFile {
   ssize_t destroy_id(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in);
   ssize_t set_option(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in);
   ssize_t migrate_id(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in);
+  ssize_t leave_mcast(const rdma_ucm_cmd_hdr_view& hdr, const uint8_t* in);
   ssize_t get_event(const uint8_t* in, uint16_t out_len);
   // Events of an ID this file handed out, and forgetting it (under mu_).
   uint32_t take_reported(uint32_t id);
@@ -97,9 +98,11 @@ class UcmaFile {
   UcmaTransport transport_;
   uint64_t token_;
   FindFile find_file_;
-  std::mutex mu_;  // reported_, destroyed_
+  std::mutex mu_;  // reported_, destroyed_, group_reported_, left_groups_
   std::map<uint32_t, uint32_t> reported_;
   std::set<uint32_t> destroyed_;
+  std::map<uint32_t, uint32_t> group_reported_;  // multicast groups' events handed out
+  std::set<uint32_t> left_groups_;
   std::atomic<bool> closed_{false};
 };
 

@@ -44,6 +44,7 @@ enum : uint32_t {  // enum rdma_cm_event_type
   kEstablished = 9,
   kDisconnected = 10,
   kTimewaitExit = 15,
+  kMulticastJoin = 17,
 };
 
 uint32_t counter_random(void* ctx) { return ++*static_cast<uint32_t*>(ctx) * 2654435761u; }
@@ -200,6 +201,25 @@ struct File {
     a.conn_param.initiator_depth = 1;
     return run(RDMA_USER_CM_CMD_ACCEPT, a);
   }
+  // JOIN_IP_MCAST, as librdmacm without AF_IB writes it; the group's handle in *group.
+  ssize_t join(uint32_t id, const char* group, uint64_t uid = 55, uint32_t* handle = nullptr) {
+    rdma_ucm_create_id_resp resp{};
+    rdma_ucm_join_ip_mcast cmd{};
+    cmd.response = reinterpret_cast<uintptr_t>(&resp);
+    cmd.uid = uid;
+    cmd.addr = v4(group, 0);
+    cmd.id = id;
+    const ssize_t r = run(RDMA_USER_CM_CMD_JOIN_IP_MCAST, cmd);
+    if (handle) *handle = resp.id;
+    return r;
+  }
+  ssize_t leave(uint32_t group, uint32_t* reported = nullptr) {
+    rdma_ucm_destroy_id_resp resp{};
+    rdma_ucm_destroy_id cmd{reinterpret_cast<uintptr_t>(&resp), group, 0};
+    const ssize_t r = run(RDMA_USER_CM_CMD_LEAVE_MCAST, cmd);
+    if (reported) *reported = resp.events_reported;
+    return r;
+  }
   ssize_t destroy(uint32_t id, uint32_t* reported = nullptr) {
     rdma_ucm_destroy_id_resp resp{};
     rdma_ucm_destroy_id cmd{reinterpret_cast<uintptr_t>(&resp), id, 0};
@@ -266,8 +286,8 @@ TEST_CASE("ucma__malformed_writes_are_refused_with_a_reason") {
   CHECK(reason() == "command shorter than its struct");
   CHECK(f.run(99u, s) == -EINVAL);
   CHECK(reason() == "unknown rdma_cm command");
-  CHECK(f.run(RDMA_USER_CM_CMD_JOIN_IP_MCAST, s) == -ENOSYS);
-  CHECK(reason().find("multicast") != std::string::npos);
+  CHECK(f.run(RDMA_USER_CM_CMD_JOIN_IP_MCAST, s) == -EINVAL);
+  CHECK(reason() == "command shorter than its struct");
 }
 
 // The interposer is the client's: the daemon checks every command again.
@@ -517,4 +537,98 @@ TEST_CASE("cm_role__a_req_flood_is_bounded_by_the_backlog") {
   CHECK(server.count(kConnectRequest) == 2);
   CHECK(client.count(kRejected) == 3);
   CHECK(counter(*d.role, "cm_rej_backlog_full") == 3);
+}
+
+// rdma_join_multicast's refusals, with the kernel's errnos and a reason.
+TEST_CASE("cm_role__multicast_join_refusals_have_errnos_and_reasons") {
+  Device d;
+  File f(d, 1);
+  const uint32_t ud = f.create(77, RDMA_PS_UDP);
+  CHECK(f.join(ud, "239.1.2.3") == -EINVAL);
+  CHECK(reason() == "rdma_cm ID is not bound to a MetaRoCE address: bind or resolve it first");
+  CHECK(f.join(999, "239.1.2.3") == -ENOENT);
+  REQUIRE(f.bind_v4(ud, "10.77.0.1", 0) > 0);
+  CHECK(f.join(ud, "10.77.0.2") == -EINVAL);
+  CHECK(reason() == "not a multicast address (224.0.0.0/4 or ff00::/8)");
+  rdma_ucm_join_ip_mcast bad{};
+  bad.id = ud;
+  bad.addr.sin6_family = AF_UNIX;
+  CHECK(f.run(RDMA_USER_CM_CMD_JOIN_IP_MCAST, bad) == -EINVAL);
+  CHECK(reason() == "multicast address must be AF_INET or AF_INET6");
+  rdma_ucm_join_mcast ex{};
+  ex.id = ud;
+  ex.addr_size = sizeof(sockaddr_in6);  // an AF_INET address
+  const sockaddr_in6 g = File::v4("239.1.2.3", 0);
+  std::memcpy(&ex.addr, &g, sizeof(sockaddr_in));
+  CHECK(f.run(RDMA_USER_CM_CMD_JOIN_MCAST, ex) == -EINVAL);
+  CHECK(reason() == "JOIN_MCAST addr_size is not its family's");
+  ex.addr_size = sizeof(sockaddr_in);
+  ex.join_flags = 7;
+  CHECK(f.run(RDMA_USER_CM_CMD_JOIN_MCAST, ex) == -EINVAL);
+  CHECK(reason() == "unknown multicast join flags");
+  const uint32_t rc = f.create(78, RDMA_PS_TCP);
+  REQUIRE(f.bind_v4(rc, "10.77.0.1", 0) > 0);
+  CHECK(f.join(rc, "239.1.2.3") == -EINVAL);
+  CHECK(reason() == "multicast needs a UD rdma_cm ID (RDMA_PS_UDP)");
+  CHECK(f.leave(12345) == -ENOENT);
+  CHECK(reason() == "no such multicast membership");
+  CHECK(counter(*d.role, "cm_mcast_joins") == 0);
+}
+
+// A join answers with the group's handle and MULTICAST_JOIN (the group as
+// dgid, QPN 0xFFFFFF, RDMA_UDP_QKEY); leaving reports its events read.
+TEST_CASE("ucma__multicast_join_event_and_leave") {
+  Device d;
+  File f(d, 1);
+  const uint32_t id = f.create(77, RDMA_PS_UDP);
+  REQUIRE(f.bind_v4(id, "10.77.0.1", 0) > 0);
+  uint32_t group = 0;
+  REQUIRE(f.join(id, "239.1.2.3", 0xC0FFEE, &group) > 0);
+  CHECK(group != 0);
+  rdma_ucm_event_resp ev{};
+  REQUIRE(f.event(&ev) == kMulticastJoin);
+  CHECK(ev.uid == 0xC0FFEE);  // the join's cookie (librdmacm: its cma_multicast)
+  CHECK(ev.id == group);
+  CHECK(ev.status == 0);
+  CHECK(ev.param.ud.qp_num == 0xFFFFFF);
+  CHECK(ev.param.ud.qkey == 0x01234567);
+  const uint8_t dgid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 239, 1, 2, 3};
+  CHECK(std::memcmp(ev.param.ud.ah_attr.grh.dgid, dgid, 16) == 0);
+  CHECK(ev.param.ud.ah_attr.is_global == 1);
+  uint32_t reported = 99;
+  REQUIRE(f.leave(group, &reported) > 0);
+  CHECK(reported == 1);
+  CHECK(f.leave(group) == -ENOENT);
+  uint32_t second = 0;  // an unread join's event goes with its group
+  REQUIRE(f.join(id, "239.1.2.4", 1, &second) > 0);
+  CHECK(second != group);
+  REQUIRE(f.leave(second, &reported) > 0);
+  CHECK(reported == 0);
+  CHECK(f.event(&ev) == -1);
+  CHECK(counter(*d.role, "cm_mcast_joins") == 2);
+  CHECK(counter(*d.role, "cm_mcast_leaves") == 2);
+}
+
+// Joins are bounded per ID and per user; destroying an ID leaves its groups.
+TEST_CASE("cm_role__multicast_joins_are_bounded_and_released") {
+  CmLimits limits;
+  limits.max_groups_per_id = 2;
+  limits.max_groups_per_user = 3;
+  Device d(limits);
+  File f(d, 1);
+  const uint32_t a = f.create(1, RDMA_PS_UDP), b = f.create(2, RDMA_PS_UDP);
+  REQUIRE(f.bind_v4(a, "10.77.0.1", 0) > 0);
+  REQUIRE(f.bind_v4(b, "10.77.0.1", 0) > 0);
+  REQUIRE(f.join(a, "239.0.0.1") > 0);
+  REQUIRE(f.join(a, "239.0.0.2") > 0);
+  CHECK(f.join(a, "239.0.0.3") == -ENOMEM);
+  CHECK(reason() == "too many multicast joins on this rdma_cm ID (max_groups_per_id)");
+  CHECK(counter(*d.role, "cm_mcast_id_limit") == 1);
+  REQUIRE(f.join(b, "239.0.0.1") > 0);
+  CHECK(f.join(b, "239.0.0.4") == -ENOMEM);
+  CHECK(reason() == "too many multicast joins for this user (max_groups_per_user)");
+  CHECK(counter(*d.role, "cm_mcast_user_limit") == 1);
+  REQUIRE(f.destroy(a) > 0);
+  CHECK(counter(*d.role, "cm_mcast_leaves") == 2);
+  CHECK(f.join(b, "239.0.0.4") > 0);
 }
