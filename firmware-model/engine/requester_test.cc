@@ -133,7 +133,7 @@ TEST_CASE("requester__post_send_rejects_bad_requests") {
   SendWr many = t.a.wr(WrOpcode::kSend, 1, 0, 10);
   many.num_sge = kMaxSge + 1;
   CHECK(t.a.post_send(many) == EINVAL);
-  SendWr op = t.a.wr(static_cast<WrOpcode>(9), 1, 0, 10);
+  SendWr op = t.a.wr(static_cast<WrOpcode>(10), 1, 0, 10);  // past the last opcode
   CHECK(t.a.post_send(op) == EINVAL);
   SendWr ok = t.a.wr(WrOpcode::kSend, 1, 0, 10);
   int accepted = 0;
