@@ -69,7 +69,7 @@ proto::Packet send_inv(Ctx& ctx, Conn& c, uint32_t rkey, std::span<const uint8_t
 
 }  // namespace
 
-CONFORM_CASE(mw_window_range_and_rights, Level::kMust, ({"R15.3-1"}),
+CONFORM_CASE(mw_window_range_and_rights, Level::kMust, ({"R15.3-1", "R3.8-2"}),
              "a WRITE through a window lands inside it; beyond it (inside the MR) it is NACKed "
              "REMOTE_ACCESS_ERROR") {
   Conn& c = ctx.connect();
@@ -89,7 +89,7 @@ CONFORM_CASE(mw_window_range_and_rights, Level::kMust, ({"R15.3-1"}),
     if (*ctx.mem(kWinOff + kWinLen + i - 32) == d[i]) ctx.fail("the WRITE beyond the window was placed");
 }
 
-CONFORM_CASE(mw_send_inv_invalidates, Level::kMust, ({"R15.3-3", "R15.2-1"}),
+CONFORM_CASE(mw_send_inv_invalidates, Level::kMust, ({"R15.3-3", "R15.2-1", "R3.8-2"}),
              "SEND_INV completes its receive with the invalidated rkey; the window then refuses "
              "access") {
   Conn& c = ctx.connect();
