@@ -247,6 +247,22 @@ crashed_listener_disconnects_its_peer() {
 }
 ids_freed() { local v; v=$(cm_counter "$1" cm_ids_live) && [ "${v:-0}" = 0 ]; }  # the dump omits zeros
 
+# A flood of REQs to a listener that never accepts: the listener's backlog
+# (4) of them stay pending, every other is REJECTED at once (NO_RESOURCES),
+# counted, and the server daemon holds no more IDs than the backlog allows.
+req_flood_is_bounded_by_the_backlog() {
+  local before; before=$(cm_counter a cm_rej_backlog_full); before=${before:-0}
+  start_in a "$LOGS/flood-s.log" "$CM_TOOL" hold "$MROCE_IP_A" 7610
+  wait_for 60 grep -q listening "$LOGS/flood-s.log" || e2e_fail "cm_tool hold never listened: $(cat "$LOGS/flood-s.log")"
+  run_in b "$LOGS/flood-c.log" "$CM_TOOL" flood "$MROCE_IP_A" 7610 16 || e2e_fail "flood: $(cat "$LOGS/flood-c.log")"
+  cat "$LOGS/flood-c.log"
+  grep -q "^rejected 16 established 0 other 0 pending 4$" "$LOGS/flood-c.log" || e2e_fail "not 16 of 20 rejected: $(cat "$LOGS/flood-c.log")"
+  local after; after=$(cm_counter a cm_rej_backlog_full)
+  [ "$((after - before))" = 16 ] || e2e_fail "cm_rej_backlog_full grew by $((after - before)), not 16"
+  local live; live=$(cm_counter a cm_ids_live)
+  [ "${live:-0}" -le 5 ] || e2e_fail "the server daemon holds $live IDs for a backlog of 4"
+}
+
 # Bytes to the MetaRoCE port that claim a CM opcode but are no valid frame
 # (the ICRC is wrong): counted, nothing answered, nothing changed.
 malformed_cm_frames_are_counted() {
@@ -273,7 +289,7 @@ dead() { ! kill -0 "$1" 2>/dev/null; }
 
 CM_TOOL=$(find_file tests/cm/cm_tool) || { echo "cm_tool not built"; exit 1; }
 # CM_E2E_CASES="a b": only those cases (debugging); all by default.
-for c in rping_1000_with_verification perftest_rdma_cm ucmatose_and_rdma_client udaddy_ud_port_space cmtime_200_connections no_listener_is_rejected_at_once crashed_listener_disconnects_its_peer malformed_cm_frames_are_counted dead_daemon_is_unreachable_after_the_timeout; do
+for c in rping_1000_with_verification perftest_rdma_cm ucmatose_and_rdma_client udaddy_ud_port_space cmtime_200_connections no_listener_is_rejected_at_once crashed_listener_disconnects_its_peer req_flood_is_bounded_by_the_backlog malformed_cm_frames_are_counted dead_daemon_is_unreachable_after_the_timeout; do
   [ -z "${CM_E2E_CASES:-}" ] || [[ " $CM_E2E_CASES " == *" $c "* ]] || continue
   e2e_case "$c" "$c"
   end_started
