@@ -285,7 +285,7 @@ int main(int argc, char **argv) {
     send_frame(f);
     parse++;
   }
-  for (uint8_t op : {0x00, 0x0a, 0x0f, 0x14, 0x7f, 0xff}) {
+  for (uint8_t op : {0x00, 0x0b, 0x0f, 0x14, 0x7f, 0xff}) {  // unassigned (0x0a is SEND_INV, §15)
     std::vector<uint8_t> f = in.frame(Op::kSend, kNoQp, 32);
     f[kTp + 1] = op;
     fix_icrc(&f);
