@@ -255,15 +255,25 @@ perftest() {  # tool: 64 KiB x 300, server in A, client in B
     '/GID\[/ && index($0, ip) && /RoCE v2/ {gsub(/.*GID\[ */, ""); gsub(/\].*/, ""); print; exit}')
   gid_b=$(mroce_in_b env "${TOOL_ENV[@]}" ibv_devinfo -v -d "$MROCE_DEV_B" | awk -v ip="::ffff:$MROCE_IP_B" \
     '/GID\[/ && index($0, ip) && /RoCE v2/ {gsub(/.*GID\[ */, ""); gsub(/\].*/, ""); print; exit}')
-  mroce_in_a env "${TOOL_ENV[@]}" timeout 120 "$tool" -F -d "$MROCE_DEV_A" -x "$gid_a" -s 65536 -n 300 -p "$PORT" \
+  mroce_in_a env "${TOOL_ENV[@]}" timeout 120 stdbuf -oL "$tool" -F -d "$MROCE_DEV_A" -x "$gid_a" -s 65536 -n 300 -p "$PORT" \
     >"$WORK/$tool.server.log" 2>&1 &
   spid=$!; e2e_track_pid "$spid"
   for _ in $(seq 1 100); do ip netns exec "$MROCE_NS_A" ss -ltn 2>/dev/null | grep -q ":$PORT " && break; sleep 0.1; done
-  mroce_in_b env "${TOOL_ENV[@]}" timeout 120 "$tool" -F -d "$MROCE_DEV_B" -x "$gid_b" -s 65536 -n 300 -p "$PORT" \
+  mroce_in_b env "${TOOL_ENV[@]}" timeout 120 stdbuf -oL "$tool" -F -d "$MROCE_DEV_B" -x "$gid_b" -s 65536 -n 300 -p "$PORT" \
     "$MROCE_IP_A" >"$WORK/$tool.client.log" 2>&1 || rc=$?
   wait "$spid" || src=$?
   awk '/^ *#bytes/ {h=1; next} h && /^ *[0-9]/ {print "  FIGURE: " $0; exit}' "$WORK/$tool.client.log"
-  [ $rc = 0 ] && [ $src = 0 ] || { cat "$WORK/$tool.client.log"; e2e_fail "$tool: client exit $rc, server exit $src"; }
+  [ $rc = 0 ] && [ $src = 0 ] || { perftest_diagnose "$tool"; e2e_fail "$tool: client exit $rc, server exit $src"; }
+}
+perftest_diagnose() {  # tool: what each side printed, and where each QP stands
+  local s
+  echo "  --- $1 server (A):"; sed 's/^/  | /' "$WORK/$1.server.log"
+  echo "  --- $1 client (B):"; sed 's/^/  | /' "$WORK/$1.client.log"
+  for s in a b; do
+    echo "  --- daemon $s, every QP's non-zero counters:"
+    ctl $s stat --qp all "$([ $s = a ] && echo "$MROCE_DEV_A" || echo "$MROCE_DEV_B")" 2>&1 | sed 's/^/  | /'
+  done
+  echo "  --- hop: $(mroce_hop_stats 2>&1)"
 }
 
 # Verified traffic (mroce_traffic --mode verify: every size of SEND, WRITE,
