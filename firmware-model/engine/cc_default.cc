@@ -27,6 +27,24 @@ void DefaultCongestionControl::set_base(Time base) {
   max_cwnd_ = std::max(t_.max_window_bdp * bdp_, 2.0 * p_.mtu_bytes);
   target_ = static_cast<Time>(t_.target_delay_factor * static_cast<double>(base) +
                               t_.target_delay_extra_ns);
+  fs_range_ = t_.flow_scale_range_rtt * static_cast<double>(p_.base_rtt);
+  const double span = 1 / std::sqrt(t_.flow_scale_min_mtu) - 1 / std::sqrt(t_.flow_scale_max_mtu);
+  fs_alpha_ = span > 0 ? fs_range_ / span : 0;
+  fs_beta_ = -fs_alpha_ / std::sqrt(t_.flow_scale_max_mtu);
+}
+
+// Swift's flow-based scaling (Kumar et al., SIGCOMM 2020, §3.5): a flow with
+// a small window gets a larger target: alpha / sqrt(cwnd in MTUs) + beta ns
+// more, clamped to [0, range]. N flows sharing a bottleneck hold
+// windows of BDP / N; with one fixed target every one of them reads the
+// others' queue as its own and cuts, and at sub-packet windows the link
+// idles between their paced packets. Random-loss judgement (below) keeps
+// the unscaled target: a queue that small windows tolerate is still a queue.
+Time DefaultCongestionControl::target_delay() const {
+  if (fs_alpha_ <= 0) return target_;
+  const double pkts = std::max(cwnd_ / p_.mtu_bytes, t_.flow_scale_min_mtu);
+  const double fs = std::clamp(fs_alpha_ / std::sqrt(pkts) + fs_beta_, 0.0, fs_range_);
+  return target_ + static_cast<Time>(fs);
 }
 
 void DefaultCongestionControl::observe_base(Time rtt, Time now) {
@@ -74,13 +92,14 @@ void DefaultCongestionControl::on_ack(const AckSample& s) {
     observe_base(s.rtt, s.now);
   }
 
-  const bool over_delay = s.rtt > target_;
+  const Time target = target_delay();
+  const bool over_delay = s.rtt > target;
   if (ce > 0 || over_delay) {
     if (!can_decrease(s.now)) return;
     double f = 1.0;
     if (over_delay) {
       const double d = static_cast<double>(s.rtt);
-      f = 1.0 - t_.delay_beta * (d - static_cast<double>(target_)) / d;
+      f = 1.0 - t_.delay_beta * (d - static_cast<double>(target)) / d;
     }
     if (ce > 0) f = std::min(f, 1.0 - alpha_ / 2);
     decrease(s.now, f);

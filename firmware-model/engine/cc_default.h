@@ -28,6 +28,12 @@ struct DefaultCcTuning {
   double sparse_loss_gap_mtu = 16;
   double timeout_md = 0.5;          // decrease on retransmission timeout
   double srtt_g = 1.0 / 8;          // EWMA gain of the smoothed RTT
+  // Flow-based target scaling (Swift): the target grows by up to
+  // flow_scale_range_rtt configured base RTTs as the window shrinks from
+  // flow_scale_max_mtu to flow_scale_min_mtu MTUs (docs/congestion.md §2.1).
+  double flow_scale_range_rtt = 8;
+  double flow_scale_min_mtu = 0.1;
+  double flow_scale_max_mtu = 100;
   double pacing_line_rate = 0;      // >0: also pace at this fraction of link_bps
 };
 
@@ -47,7 +53,8 @@ class DefaultCongestionControl final : public CongestionControlInterface {
   double srtt_ns() const { return srtt_; }
   uint64_t losses_ignored() const { return losses_ignored_; }
   double ce_alpha() const { return alpha_; }
-  Time target_delay() const { return target_; }
+  // The delay target for the current window (flow scaling included).
+  Time target_delay() const;
   void on_spurious_timeout(Time now) override;
 
  private:
@@ -67,7 +74,8 @@ class DefaultCongestionControl final : public CongestionControlInterface {
   double min_cwnd_ = 0, max_cwnd_ = 0;
   double srtt_ = 0;     // ns
   double alpha_ = 0;    // EWMA of the CE-marked fraction of packets
-  Time target_ = 0;     // ns
+  Time target_ = 0;     // ns, before flow scaling
+  double fs_alpha_ = 0, fs_beta_ = 0, fs_range_ = 0;  // flow scaling, ns
   Time last_decrease_ = 0;
   bool decreased_once_ = false;
   uint32_t credit_ = 0;  // latest receiver grant in packets; 0 = no limit
