@@ -1,4 +1,4 @@
-// Queue pairs (RC, UC and UD; RC and UC may take receives from an SRQ): control
+// Queue pairs (RC, UC and UD; each may take its receives from an SRQ): control
 // verbs over the socket, post_send and post_recv into the shared SQ/RQ rings.
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,8 +39,6 @@ int map_qp(struct mroce_qp *qp, int memfd, const struct mroce_create_qp_resp *r)
 int check_init_attr(struct mroce_context *ctx, const struct ibv_qp_init_attr *a) {
   if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD)
     return mroce_refuse(ctx, EOPNOTSUPP, "QP type %d: only RC, UC and UD", a->qp_type);
-  if (a->srq && a->qp_type == IBV_QPT_UD)  // not built yet
-    return mroce_refuse(ctx, EOPNOTSUPP, "a UD QP cannot take its receives from an SRQ");
   if (!a->send_cq || !a->recv_cq) return mroce_refuse(ctx, EINVAL, "a QP needs both CQs");
   const struct ibv_qp_cap &c = a->cap;
   const struct mroce_device_attr &d = ctx->dev_attr;

@@ -729,7 +729,6 @@ int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCa
   Srq* srq = nullptr;
   if (init.srqn)
     if (int e = m.owned_srq(owner, init.srqn, &srq)) return e;
-  if (srq && init.type == QpType::kUd) return EINVAL;  // not built (docs/engine.md §Known gaps)
   const DeviceCaps& c = caps();
   QpCap cap = init.cap;
   if (srq) cap.max_recv_wr = cap.max_recv_sge = 0;  // IB: ignored with an SRQ

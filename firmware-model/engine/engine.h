@@ -135,6 +135,8 @@ struct Counters {
   uint64_t rkey_refused_wrong_qp = 0;    // ...type 2 window bound to another QP
   uint64_t rkey_refused_out_of_bounds = 0;  // ...range outside the MR or window
   uint64_t rkey_refused_no_access = 0;   // ...right missing (MR, window or QP access flags)
+  // srqud: UD QPs on an SRQ (docs/engine.md §Shared receive queues)
+  uint64_t rx_drop_ud_srq_empty = 0;     // datagram for a UD QP whose SRQ had no receive (no RNR in UD)
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).
