@@ -535,8 +535,9 @@ int mroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
   else if (!mroce_sq_open(ibqp))
     err = EINVAL;
   for (; wr && !err; wr = wr->next) {
-    if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= sq->ring.entries) {
-      err = ENOMEM;
+    if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= qp->cap.max_send_wr) {
+      err = mroce_refuse(to_mroce_ctx(ibqp->context), ENOMEM,
+                         "send queue full: max_send_wr %u WRs outstanding", qp->cap.max_send_wr);
       break;
     }
     auto *w = static_cast<struct mroce_send_wqe *>(mroce_ring_slot(&sq->ring, sq->prod));
@@ -560,7 +561,7 @@ int mroce_post_built_wqe(struct mroce_qp *qp, const struct mroce_send_wqe *built
     err = EIO;
   else if (!mroce_sq_open(ibqp))
     err = EINVAL;
-  else if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= sq->ring.entries)
+  else if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= qp->cap.max_send_wr)
     err = ENOMEM;
   if (!err) {
     memcpy(mroce_ring_slot(&sq->ring, sq->prod), built, sizeof(*built));
@@ -585,8 +586,10 @@ int mroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
       err = EINVAL;
       break;
     }
-    if (rq->prod - mroce_ring_load_consumer(&rq->ring) >= rq->ring.entries) {
-      err = ENOMEM;
+    if (rq->prod - mroce_ring_load_consumer(&rq->ring) >= qp->cap.max_recv_wr) {
+      err = mroce_refuse(to_mroce_ctx(ibqp->context), ENOMEM,
+                         "receive queue full: max_recv_wr %u receives outstanding",
+                         qp->cap.max_recv_wr);
       break;
     }
     auto *w = static_cast<struct mroce_recv_wqe *>(mroce_ring_slot(&rq->ring, rq->prod));

@@ -799,6 +799,14 @@ int Engine::query_qp(OwnerId owner, uint32_t qpn, QpAttr* attr, QpInitAttr* init
   return 0;
 }
 
+int Engine::queue_depths(OwnerId owner, uint32_t qpn, uint32_t* sq, uint32_t* rq) const {
+  Qp* qp = nullptr;
+  if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
+  *sq = qp->sq_tail - qp->sq_head;
+  *rq = qp->srq ? 0 : qp->rq_tail - qp->rq_head;  // an SRQ QP's window is not its ring's
+  return 0;
+}
+
 int Engine::destroy_qp(OwnerId owner, uint32_t qpn) {
   EntryGuard guard(impl_->busy);
   Qp* qp = nullptr;
