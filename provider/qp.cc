@@ -1,4 +1,4 @@
-// Queue pairs (RC, UC and UD; RC and UC may take receives from an SRQ): control
+// Queue pairs (RC, UC and UD; each may take its receives from an SRQ): control
 // verbs over the socket, post_send and post_recv into the shared SQ/RQ rings.
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,8 +39,6 @@ int map_qp(struct mroce_qp *qp, int memfd, const struct mroce_create_qp_resp *r)
 int check_init_attr(struct mroce_context *ctx, const struct ibv_qp_init_attr *a) {
   if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD)
     return mroce_refuse(ctx, EOPNOTSUPP, "QP type %d: only RC, UC and UD", a->qp_type);
-  if (a->srq && a->qp_type == IBV_QPT_UD)  // not built yet
-    return mroce_refuse(ctx, EOPNOTSUPP, "a UD QP cannot take its receives from an SRQ");
   if (!a->send_cq || !a->recv_cq) return mroce_refuse(ctx, EINVAL, "a QP needs both CQs");
   const struct ibv_qp_cap &c = a->cap;
   const struct mroce_device_attr &d = ctx->dev_attr;
@@ -537,8 +535,9 @@ int mroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
   else if (!mroce_sq_open(ibqp))
     err = EINVAL;
   for (; wr && !err; wr = wr->next) {
-    if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= sq->ring.entries) {
-      err = ENOMEM;
+    if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= qp->cap.max_send_wr) {
+      err = mroce_refuse(to_mroce_ctx(ibqp->context), ENOMEM,
+                         "send queue full: max_send_wr %u WRs outstanding", qp->cap.max_send_wr);
       break;
     }
     auto *w = static_cast<struct mroce_send_wqe *>(mroce_ring_slot(&sq->ring, sq->prod));
@@ -562,7 +561,7 @@ int mroce_post_built_wqe(struct mroce_qp *qp, const struct mroce_send_wqe *built
     err = EIO;
   else if (!mroce_sq_open(ibqp))
     err = EINVAL;
-  else if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= sq->ring.entries)
+  else if (sq->prod - mroce_ring_load_consumer(&sq->ring) >= qp->cap.max_send_wr)
     err = ENOMEM;
   if (!err) {
     memcpy(mroce_ring_slot(&sq->ring, sq->prod), built, sizeof(*built));
@@ -587,8 +586,10 @@ int mroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
       err = EINVAL;
       break;
     }
-    if (rq->prod - mroce_ring_load_consumer(&rq->ring) >= rq->ring.entries) {
-      err = ENOMEM;
+    if (rq->prod - mroce_ring_load_consumer(&rq->ring) >= qp->cap.max_recv_wr) {
+      err = mroce_refuse(to_mroce_ctx(ibqp->context), ENOMEM,
+                         "receive queue full: max_recv_wr %u receives outstanding",
+                         qp->cap.max_recv_wr);
       break;
     }
     auto *w = static_cast<struct mroce_recv_wqe *>(mroce_ring_slot(&rq->ring, rq->prod));

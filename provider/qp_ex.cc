@@ -96,9 +96,9 @@ struct mroce_send_wqe *open_wqe(struct mroce_qp *qp, uint8_t op, uint64_t op_fla
     return nullptr;
   }
   struct mroce_wq *sq = &qp->sq;
-  if (sq->prod + b->count - mroce_ring_load_consumer(&sq->ring) >= sq->ring.entries) {
-    fail(qp, ENOMEM, "send queue full at WR %u of the batch (%u entries)", b->count,
-         sq->ring.entries);
+  if (sq->prod + b->count - mroce_ring_load_consumer(&sq->ring) >= qp->cap.max_send_wr) {
+    fail(qp, ENOMEM, "send queue full at WR %u of the batch (max_send_wr %u)", b->count,
+         qp->cap.max_send_wr);
     return nullptr;
   }
   auto *w = static_cast<struct mroce_send_wqe *>(mroce_ring_slot(&sq->ring, sq->prod + b->count));

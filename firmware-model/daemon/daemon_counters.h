@@ -37,7 +37,10 @@ namespace metaroce::daemon {
   X(doorbell_wakeups)                                                                 \
   /* ud: */                                                                           \
   X(qkey_privileged_refused)     /* controlled Q_Key (high bit) asked by a non-root user */ \
-  X(ah_refused)                  /* CREATE_AH refused (no GRH, bad PD/GID, limits) */
+  X(ah_refused)                  /* CREATE_AH refused (no GRH, bad PD/GID, limits) */ \
+  /* srqud: ring entries beyond the advertised bound (no CQE) */                      \
+  X(wqe_send_over_bound)         /* send entry with max_send_wr WRs outstanding */    \
+  X(wqe_recv_over_bound)         /* receive entry with max_recv_wr outstanding */
 
 struct DaemonCounters {
 #define MROCE_X(name) uint64_t name = 0;

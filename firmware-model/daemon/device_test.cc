@@ -190,11 +190,11 @@ Cq make_cq(Fixture& f) {
   return cq;
 }
 
-Qp make_qp(Fixture& f, uint32_t pdn, const Cq& cq) {
+Qp make_qp(Fixture& f, uint32_t pdn, const Cq& cq, uint32_t depth = 64) {
   mroce_create_qp_req req{};
   req.pdn = pdn;
   req.send_cqn = req.recv_cqn = cq.cqn;
-  req.cap = {64, 64, 4, 4, 64};
+  req.cap = {depth, depth, 4, 4, 64};
   req.qp_type = 2;
   Device::Reply r = f.call(MROCE_OP_CREATE_QP, bytes_of(req));
   REQUIRE(r.err == 0);
@@ -517,6 +517,52 @@ TEST_CASE("control__create_cq_takes_exactly_max_cqe_and_refuses_one_more_with_a_
   r = f.call(MROCE_OP_CREATE_CQ, bytes_of(req));
   CHECK(r.err == EINVAL);
   CHECK(r.reason == "cqe must be 1.." + std::to_string(dev.max_cqe));
+}
+
+// srqud: the RQ ring's consumer is entries read minus receives the engine
+// holds, so the bound is exactly max_recv_wr; entries beyond it are counted.
+TEST_CASE("rings__rq_consumer_is_read_minus_held_so_the_bound_is_exactly_max_recv_wr") {
+  Fixture f;
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  std::vector<uint8_t> buf(4096, 3), rbuf(4096, 0);
+  mroce_reg_mr_req req{reinterpret_cast<uint64_t>(buf.data()), buf.size(), pdn, 1 | 2};
+  auto mr = reply_as<mroce_reg_mr_resp>(f.call(MROCE_OP_REG_MR, bytes_of(req)));
+  mroce_reg_mr_req rreq{reinterpret_cast<uint64_t>(rbuf.data()), rbuf.size(), pdn, 1};
+  auto rmr = reply_as<mroce_reg_mr_resp>(f.call(MROCE_OP_REG_MR, bytes_of(rreq)));
+  Cq cq = make_cq(f);
+  Qp a = make_qp(f, pdn, cq), b = make_qp(f, pdn, cq, 3);  // b: max_recv_wr 3, a ring of 4
+  REQUIRE(b.rq.entries() == 4);
+  connect(f, a, b.qpn);
+  connect(f, b, a.qpn);
+  // A client ignoring the bound fills the whole ring: 3 held, 1 refused.
+  for (uint32_t i = 0; i < 4; i++) {
+    auto* w = static_cast<mroce_recv_wqe*>(b.rq.slot(i));
+    *w = {};
+    w->wr_id = 60 + i;
+    w->num_sge = 1;
+    w->sg[0] = {reinterpret_cast<uint64_t>(rbuf.data()) + i * 1024, 1024, rmr.lkey};
+  }
+  b.rq.store_producer(4);
+  REQUIRE(f.run_until([&] { return f.device.counters().wqe_recv_over_bound >= 1; }));
+  CHECK(f.device.counters().wqe_recv_over_bound == 1);
+  CHECK(b.rq.load_consumer() == 1);  // 4 read, 3 held: producer - consumer = max_recv_wr
+  auto* w = static_cast<mroce_send_wqe*>(a.sq.slot(0));
+  *w = {};
+  w->wr_id = 1;
+  w->opcode = 2;  // SEND
+  w->send_flags = 2;
+  w->num_sge = 1;
+  w->u.sg[0] = {reinterpret_cast<uint64_t>(buf.data()), 100, mr.lkey};
+  a.sq.store_producer(1);
+  // The moment the receive's completion is visible, its slot is free.
+  auto recv_visible = [&] {
+    for (uint32_t i = 0; i < cq.ring.load_producer(); i++)
+      if (static_cast<const mroce_cqe*>(cq.ring.slot(i))->opcode == 128) return true;  // RECV
+    return false;
+  };
+  REQUIRE(f.run_until(recv_visible));
+  CHECK(b.rq.load_consumer() == 2);
+  CHECK(rbuf[0] == 3);
 }
 
 TEST_CASE("rings__a_consumer_index_written_by_the_client_is_never_read_back") {

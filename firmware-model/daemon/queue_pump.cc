@@ -155,13 +155,37 @@ int QueuePump::drain_sq(uint32_t qpn, QpState& qp) {
     uint64_t* defect = nullptr;
     int err = to_send_wr(w, &wr, &defect);
     if (!err) err = backend_->post_send(qp.owner, qpn, wr);
+    if (err == ENOMEM && over_bound(qpn, qp, &counters_.wqe_send_over_bound)) continue;
     if (err == ENOMEM) break;  // engine queue full: leave it in the ring, retry later
     if (err && reject_send(qpn, qp, w.wr_id) == ENOMEM) break;
     if (defect) (*defect)++;  // counted once, when it left the ring
   }
   qp.sq_cons = cons;
-  qp.sq.store_consumer(cons);
+  store_qp_consumers(qpn, qp);
   return n;
+}
+
+// The backend's queue is full. If it reports its depths, the application's
+// ring was full too (the consumer it saw never runs ahead of the backend):
+// this entry is beyond max_send_wr / max_recv_wr, written by a client that
+// ignored the bound. It is consumed without a CQE, counted. A backend
+// without depths keeps it in the ring for a retry.
+bool QueuePump::over_bound(uint32_t qpn, const QpState& qp, uint64_t* counter) {
+  uint32_t sq = 0, rq = 0;
+  if (backend_->queue_depths(qp.owner, qpn, &sq, &rq) != 0) return false;
+  counters_.wqe_rejected++;
+  (*counter)++;
+  return true;
+}
+
+// Publishes each ring's consumer index: entries read minus those the
+// backend still holds. A backend without depths frees an entry when it
+// takes it (the bound is then max_*_wr in the backend plus the ring).
+void QueuePump::store_qp_consumers(uint32_t qpn, QpState& qp) {
+  uint32_t sq = 0, rq = 0;
+  if (backend_->queue_depths(qp.owner, qpn, &sq, &rq) != 0) sq = rq = 0;
+  if (qp.sq_cons - sq != qp.sq_freed) qp.sq.store_consumer(qp.sq_freed = qp.sq_cons - sq);
+  if (qp.rq_cons - rq != qp.rq_freed) qp.rq.store_consumer(qp.rq_freed = qp.rq_cons - rq);
 }
 
 int QueuePump::drain_rq(uint32_t qpn, QpState& qp) {
@@ -178,11 +202,12 @@ int QueuePump::drain_rq(uint32_t qpn, QpState& qp) {
     int err = uapi::to_fw(w, &wr) == uapi::WqeDefect::kNone
                   ? backend_->post_recv(qp.owner, qpn, wr)
                   : EINVAL;  // counted by count_recv_refusal
+    if (err == ENOMEM && over_bound(qpn, qp, &counters_.wqe_recv_over_bound)) continue;
     if (err == ENOMEM) break;
     if (err) count_recv_refusal(qpn, qp, w.num_sge);
   }
   qp.rq_cons = cons;
-  qp.rq.store_consumer(cons);
+  store_qp_consumers(qpn, qp);
   return n;
 }
 
@@ -253,6 +278,11 @@ bool QueuePump::complete(uint32_t cqn, const fw::Completion& wc) {
     cq.dirty = true;
     dirty_cqs_.push_back(cqn);
   }
+  auto qp = qps_.find(wc.qp_num);
+  if (qp != qps_.end() && !qp->second.dirty) {
+    qp->second.dirty = true;
+    dirty_qps_.push_back(wc.qp_num);
+  }
   return true;
 }
 
@@ -261,6 +291,15 @@ bool QueuePump::complete(uint32_t cqn, const fw::Completion& wc) {
 // Called by the backend once the data of these completions has landed.
 void QueuePump::publish() {
   if (!dirty_cqs_.empty()) store_srq_consumers();
+  // Before the CQEs are visible: a completion polled means its slot is
+  // free (an application that reposts on each completion finds room).
+  for (uint32_t qpn : dirty_qps_) {
+    auto it = qps_.find(qpn);
+    if (it == qps_.end()) continue;
+    it->second.dirty = false;
+    store_qp_consumers(qpn, it->second);
+  }
+  dirty_qps_.clear();
   for (uint32_t cqn : dirty_cqs_) {
     auto it = cqs_.find(cqn);
     if (it == cqs_.end()) continue;

@@ -82,10 +82,16 @@ class QueuePump final : public hw::EventSink {
     uint32_t send_cqn = 0;
     ShmRegion shm;
     RingView sq, rq;
-    // Our consumer indices. The shared header's copies are only published:
-    // the client can write them too, so they are never read back.
+    // Entries read out of each ring (posted to the backend or refused).
+    // The shared header's copies are only published: the client can write
+    // them too, so they are never read back.
     uint32_t sq_cons = 0, rq_cons = 0;
+    // The published consumer indices: entries read minus those the backend
+    // still holds (its queue_depths), so the application's ring is full at
+    // exactly max_send_wr / max_recv_wr outstanding WRs.
+    uint32_t sq_freed = 0, rq_freed = 0;
     bool ring_broken = false;  // a corrupted index: QP fatal, rings no longer read
+    bool dirty = false;        // completed WRs since its consumers were stored
   };
 
   struct SrqState {
@@ -107,6 +113,8 @@ class QueuePump final : public hw::EventSink {
   void srq_async_event(fw::EventType type, uint32_t srqn);
 
   int drain_sq(uint32_t qpn, QpState& qp);
+  void store_qp_consumers(uint32_t qpn, QpState& qp);
+  bool over_bound(uint32_t qpn, const QpState& qp, uint64_t* counter);
   int drain_rq(uint32_t qpn, QpState& qp);
   bool ring_index_ok(uint32_t qpn, QpState& qp, uint32_t cons, uint32_t prod, uint32_t entries);
   int to_send_wr(const mroce_send_wqe& w, fw::SendWr* wr, uint64_t** defect);
@@ -122,6 +130,7 @@ class QueuePump final : public hw::EventSink {
   std::map<uint32_t, QpState> qps_;
   std::map<uint32_t, SrqState> srqs_;
   std::vector<uint32_t> dirty_cqs_;
+  std::vector<uint32_t> dirty_qps_;  // QPs with completions since the last publish()
 };
 
 // One record to a client's channel or async socket, MSG_DONTWAIT; true if

@@ -9,6 +9,7 @@
 
 #include "firmware-model/engine/qp.h"
 #include "firmware-model/engine/qp_state.h"
+#include "firmware-model/engine/srq.h"
 #include "proto/opcode.h"
 
 namespace metaroce::fw::datagram {
@@ -94,14 +95,24 @@ uint64_t Counters::*refusal(const Qp& qp, const proto::Packet& p) {
   if (p.mbth.offset != 0 || !(p.mbth.flags & proto::kFlagLast))
     return &Counters::rx_drop_ud_malformed;
   if (p.payload.size() > qp.mtu) return &Counters::rx_drop_ud_oversize;
-  if (qp.rq_head == qp.rq_tail) return &Counters::rx_drop_ud_no_recv;
   return nullptr;
 }
 
+// The receive for a datagram at rq_head: the QP's own, or one taken from
+// its SRQ into its window (srq::refill, the mechanism RC and UC use).
+// nullptr: the counter of why there is none (UD has no RNR: a drop).
+uint64_t Counters::*bind_recv(Core& c, Qp& qp) {
+  if (qp.srq && qp.rq_head == qp.rq_tail) srq::refill(c, qp, qp.rq_head);
+  if (qp.rq_head != qp.rq_tail) return nullptr;
+  return qp.srq ? &Counters::rx_drop_ud_srq_empty : &Counters::rx_drop_ud_no_recv;
+}
+
+// An SRQ's receives are checked against the SRQ's PD, as the responder does.
 bool recv_keys_ok(Core& c, const Qp& qp, const RecvWqe& r) {
+  const uint32_t pdn = qp.srq ? qp.srq->pdn : qp.init.pdn;
   for (uint32_t i = 0; i < r.wr.num_sge; ++i) {
     const Sge& s = r.wr.sg[i];
-    if (c.mrs().check_local(qp.owner, qp.init.pdn, s.lkey, s.addr, s.length,
+    if (c.mrs().check_local(qp.owner, pdn, s.lkey, s.addr, s.length,
                             kAccessLocalWrite) != KeyCheck::kOk)
       return false;
   }
@@ -194,7 +205,9 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
 }
 
 void on_frame(Core& c, Qp& qp, const proto::Frame& f) {
-  if (uint64_t Counters::*why = refusal(qp, f.packet)) {
+  uint64_t Counters::*why = refusal(qp, f.packet);
+  if (!why) why = bind_recv(c, qp);
+  if (why) {
     c.bump(&qp, why);
     return;
   }

@@ -18,6 +18,31 @@ namespace {
 constexpr uint32_t kQkey = 0x11111111;
 constexpr uint32_t kRecvBytes = 40 + 4096;  // the fake link (4200) gives a 4096-byte UD MTU
 
+// A UD QP of n's PD and CQs at RTS, Q_Key `qkey`, its receives from
+// srqn (0: its own RQ).
+uint32_t ud_qp(Node& n, uint32_t srqn, uint32_t qkey = kQkey) {
+  Engine& e = *n.engine;
+  QpInitAttr init;
+  init.type = QpType::kUd;
+  init.pdn = n.pd;
+  init.send_cqn = n.scq;
+  init.recv_cqn = n.rcq;
+  init.cap = {64, 64, 4, 4, 64};
+  init.srqn = srqn;
+  uint32_t qpn = 0;
+  REQUIRE(e.create_qp(Node::kOwner, init, &qpn, nullptr) == 0);
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.qkey = qkey;
+  REQUIRE(e.modify_qp(Node::kOwner, qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrQkey) == 0);
+  a.qp_state = QpState::kRtr;
+  REQUIRE(e.modify_qp(Node::kOwner, qpn, a, kAttrState) == 0);
+  a.qp_state = QpState::kRts;
+  a.sq_psn = 500;
+  REQUIRE(e.modify_qp(Node::kOwner, qpn, a, kAttrState | kAttrSqPsn) == 0);
+  return qpn;
+}
+
 // Node with a UD QP (as Node::setup does for RC) at RTS, Q_Key `qkey`.
 void ud_setup(Node& n, uint32_t qkey = kQkey) {
   n.mem.assign(1 << 16, 0);
@@ -26,22 +51,7 @@ void ud_setup(Node& n, uint32_t qkey = kQkey) {
   e.create_cq(Node::kOwner, 4096, &n.scq);
   e.create_cq(Node::kOwner, 4096, &n.rcq);
   e.reg_mr(Node::kOwner, n.pd, n.base(), n.mem.size(), kAccessLocalWrite, &n.mr);
-  QpInitAttr init;
-  init.type = QpType::kUd;
-  init.pdn = n.pd;
-  init.send_cqn = n.scq;
-  init.recv_cqn = n.rcq;
-  init.cap = {64, 64, 4, 4, 64};
-  REQUIRE(e.create_qp(Node::kOwner, init, &n.qpn, nullptr) == 0);
-  QpAttr a;
-  a.qp_state = QpState::kInit;
-  a.qkey = qkey;
-  REQUIRE(e.modify_qp(Node::kOwner, n.qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrQkey) == 0);
-  a.qp_state = QpState::kRtr;
-  REQUIRE(e.modify_qp(Node::kOwner, n.qpn, a, kAttrState) == 0);
-  a.qp_state = QpState::kRts;
-  a.sq_psn = 500;
-  REQUIRE(e.modify_qp(Node::kOwner, n.qpn, a, kAttrState | kAttrSqPsn) == 0);
+  n.qpn = ud_qp(n, 0, qkey);
 }
 
 uint32_t make_ah(Node& from, const Node& to) {
@@ -393,6 +403,138 @@ TEST_CASE("datagram__multicast_reaches_every_attached_qp_and_only_those") {
   b.engine->on_frame(f);
   CHECK(b.engine->counters().rx_drop_mcast_no_group == n + 1);
   CHECK(b.recv_cq().empty());
+}
+
+// UD QPs on a shared receive queue (docs/engine.md §Shared receive queues).
+
+namespace {
+// b's receive of wr_id from an SRQ at mem offset off.
+RecvWr srq_recv(Node& n, uint64_t wr_id, uint64_t off, uint32_t lkey) {
+  RecvWr r;
+  r.wr_id = wr_id;
+  r.num_sge = 1;
+  r.sg[0] = {n.base() + off, kRecvBytes, lkey};
+  return r;
+}
+
+uint32_t make_srq(Node& n, uint32_t pdn, uint32_t max_wr) {
+  uint32_t srqn = 0;
+  REQUIRE(n.engine->create_srq(Node::kOwner, pdn, SrqAttr{max_wr, 4, 0}, &srqn, nullptr) == 0);
+  return srqn;
+}
+}  // namespace
+
+TEST_CASE("datagram__ud_qps_on_one_srq_take_its_receives_in_order_with_the_grh") {
+  UdPair u;
+  Node& b = u.t.b;
+  const uint32_t srqn = make_srq(b, b.pd, 4);
+  const uint32_t q1 = ud_qp(b, srqn), q2 = ud_qp(b, srqn);
+  for (uint64_t i = 0; i < 2; ++i)
+    REQUIRE(b.engine->post_srq_recv(Node::kOwner, srqn, srq_recv(b, 20 + i, i * 8192, b.mr.lkey)) == 0);
+  SendWr w = ud_wr(u.t.a, u.ah, q2, 1, 100);
+  w.opcode = WrOpcode::kSendImm;
+  w.imm = 0xBEEF;
+  REQUIRE(u.t.a.post_send(w) == 0);
+  REQUIRE(u.t.a.post_send(ud_wr(u.t.a, u.ah, q1, 2, 60)) == 0);
+  std::vector<Completion> rc;
+  REQUIRE(u.t.run([&] {
+    for (auto& c : b.recv_cq()) rc.push_back(c);
+    return rc.size() == 2;
+  }));
+  // The SRQ's receives in posting order, each completing on the QP it served.
+  CHECK(rc[0].wr_id == 20);
+  CHECK(rc[0].qp_num == q2);
+  CHECK(rc[0].byte_len == 140);
+  CHECK(rc[0].imm == 0xBEEF);
+  CHECK(rc[0].wc_flags == (kWcGrh | kWcWithImm));
+  CHECK(rc[1].wr_id == 21);
+  CHECK(rc[1].qp_num == q1);
+  CHECK(rc[1].byte_len == 100);
+  CHECK(rc[1].wc_flags == kWcGrh);
+  for (const Completion& c : rc) {
+    CHECK(c.status == WcStatus::kSuccess);
+    CHECK(c.src_qp == u.t.a.qpn);
+    CHECK(c.sl == 0xA);  // RoCE packet type: UDP over IPv4
+    CHECK(c.pkey_index == 0);
+  }
+  // GRH then payload, as the per-QP receive queue places them.
+  const uint8_t* g = b.mem.data();
+  CHECK(std::vector<uint8_t>(g, g + 20) == std::vector<uint8_t>(20, 0));
+  CHECK(g[20] == 0x45);
+  CHECK(std::memcmp(g + 32, u.t.a.ip.bytes.data() + 12, 4) == 0);
+  CHECK(std::memcmp(g + 40, u.t.a.mem.data(), 100) == 0);
+  CHECK(std::memcmp(b.mem.data() + 8192 + 40, u.t.a.mem.data(), 60) == 0);
+  CHECK(u.count(b, &Counters::ud_rx_delivered) == 2);
+}
+
+TEST_CASE("datagram__ud_on_an_empty_srq_is_a_counted_drop_not_rnr") {
+  UdPair u;
+  Node& b = u.t.b;
+  const uint32_t srqn = make_srq(b, b.pd, 4);
+  const uint32_t q = ud_qp(b, srqn);
+  std::vector<uint8_t> pay(8, 1);
+  const auto mem = b.mem;
+  b.engine->on_frame(forge(b, datagram(q, kQkey, pay)));
+  CHECK(u.count(b, &Counters::rx_drop_ud_srq_empty) == 1);
+  CHECK(u.count(b, &Counters::rx_rnr_srq_empty) == 0);  // UD has no RNR
+  CHECK(u.count(b, &Counters::rx_drop_ud_no_recv) == 0);
+  CHECK(b.recv_cq().empty());
+  CHECK(b.mem == mem);
+  // A receive posted later serves the next datagram.
+  REQUIRE(b.engine->post_srq_recv(Node::kOwner, srqn, srq_recv(b, 7, 0, b.mr.lkey)) == 0);
+  b.engine->on_frame(forge(b, datagram(q, kQkey, pay)));
+  auto wc = b.recv_cq();
+  REQUIRE(wc.size() == 1);
+  CHECK(wc[0].wr_id == 7);
+  CHECK(wc[0].qp_num == q);
+  CHECK(wc[0].src_qp == 0x123);
+  CHECK(wc[0].byte_len == 48);
+}
+
+TEST_CASE("datagram__ud_srq_receive_is_checked_against_the_srqs_pd") {
+  UdPair u;
+  Node& b = u.t.b;
+  uint32_t pd2 = 0;
+  REQUIRE(b.engine->create_pd(Node::kOwner, &pd2) == 0);
+  MrKeys mr2;
+  REQUIRE(b.engine->reg_mr(Node::kOwner, pd2, b.base() + 32768, 16384, kAccessLocalWrite, &mr2) == 0);
+  const uint32_t srqn = make_srq(b, pd2, 4);
+  const uint32_t q = ud_qp(b, srqn);  // the QP is in b.pd, its SRQ in pd2
+  REQUIRE(b.engine->post_srq_recv(Node::kOwner, srqn, srq_recv(b, 1, 32768, mr2.lkey)) == 0);
+  std::vector<uint8_t> pay(8, 5);
+  b.engine->on_frame(forge(b, datagram(q, kQkey, pay)));
+  auto wc = b.recv_cq();
+  REQUIRE(wc.size() == 1);
+  CHECK(wc[0].status == WcStatus::kSuccess);
+  CHECK(b.mem[32768 + 40] == 5);
+  CHECK(u.count(b, &Counters::rx_drop_ud_recv_fault) == 0);
+}
+
+TEST_CASE("datagram__ud_srq_limit_event_and_last_wqe_reached") {
+  UdPair u;
+  Node& b = u.t.b;
+  const uint32_t srqn = make_srq(b, b.pd, 8);
+  const uint32_t q = ud_qp(b, srqn);
+  for (uint64_t i = 0; i < 3; ++i)
+    REQUIRE(b.engine->post_srq_recv(Node::kOwner, srqn, srq_recv(b, i, i * 8192, b.mr.lkey)) == 0);
+  REQUIRE(b.engine->modify_srq(Node::kOwner, srqn, SrqAttr{0, 0, 2}, kSrqLimit) == 0);
+  std::vector<uint8_t> pay(8, 1);
+  b.engine->on_frame(forge(b, datagram(q, kQkey, pay)));  // 3 -> 2: not below 2
+  CHECK(!b.events.has_event(EventType::kSrqLimitReached, srqn));
+  b.engine->on_frame(forge(b, datagram(q, kQkey, pay)));  // 2 -> 1: below, once
+  CHECK(b.events.has_event(EventType::kSrqLimitReached, srqn));
+  CHECK(u.count(b, &Counters::srq_limit_events) == 1);
+  CHECK(b.recv_cq().size() == 2);
+  QpAttr err;
+  err.qp_state = QpState::kErr;
+  REQUIRE(b.engine->modify_qp(Node::kOwner, q, err, kAttrState) == 0);
+  CHECK(b.events.has_event(EventType::kQpLastWqeReached, q));
+  // In ERR the QP takes no more of the SRQ's receives.
+  b.engine->on_frame(forge(b, datagram(q, kQkey, pay)));
+  uint32_t taken = 0;
+  REQUIRE(b.engine->query_srq(Node::kOwner, srqn, nullptr, &taken) == 0);
+  CHECK(taken == 2);
+  CHECK(u.count(b, &Counters::rx_drop_qp_state) == 1);
 }
 
 }  // namespace metaroce::fw::test

@@ -729,7 +729,6 @@ int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCa
   Srq* srq = nullptr;
   if (init.srqn)
     if (int e = m.owned_srq(owner, init.srqn, &srq)) return e;
-  if (srq && init.type == QpType::kUd) return EINVAL;  // not built (docs/engine.md §Known gaps)
   const DeviceCaps& c = caps();
   QpCap cap = init.cap;
   if (srq) cap.max_recv_wr = cap.max_recv_sge = 0;  // IB: ignored with an SRQ
@@ -797,6 +796,14 @@ int Engine::query_qp(OwnerId owner, uint32_t qpn, QpAttr* attr, QpInitAttr* init
     attr->cap = qp->init.cap;
   }
   if (init) *init = qp->init;
+  return 0;
+}
+
+int Engine::queue_depths(OwnerId owner, uint32_t qpn, uint32_t* sq, uint32_t* rq) const {
+  Qp* qp = nullptr;
+  if (int e = impl_->owned_qp(owner, qpn, &qp)) return e;
+  *sq = qp->sq_tail - qp->sq_head;
+  *rq = qp->srq ? 0 : qp->rq_tail - qp->rq_head;  // an SRQ QP's window is not its ring's
   return 0;
 }
 

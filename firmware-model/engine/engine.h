@@ -135,6 +135,8 @@ struct Counters {
   uint64_t rkey_refused_wrong_qp = 0;    // ...type 2 window bound to another QP
   uint64_t rkey_refused_out_of_bounds = 0;  // ...range outside the MR or window
   uint64_t rkey_refused_no_access = 0;   // ...right missing (MR, window or QP access flags)
+  // srqud: UD QPs on an SRQ (docs/engine.md §Shared receive queues)
+  uint64_t rx_drop_ud_srq_empty = 0;     // datagram for a UD QP whose SRQ had no receive (no RNR in UD)
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).
@@ -182,6 +184,11 @@ class Engine {
   int create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCap* actual_cap);
   int modify_qp(OwnerId owner, uint32_t qpn, const QpAttr& attr, uint32_t attr_mask);
   int query_qp(OwnerId owner, uint32_t qpn, QpAttr* attr, QpInitAttr* init) const;
+  // The work requests qp holds and has not completed: send WQEs, and
+  // receives of its own RQ (0 with an SRQ). The host's ring consumer index
+  // is what it posted minus these, so a ring is full at exactly
+  // max_send_wr / max_recv_wr outstanding (docs/device-abi.md §2.3).
+  int queue_depths(OwnerId owner, uint32_t qpn, uint32_t* sq, uint32_t* rq) const;
   int destroy_qp(OwnerId owner, uint32_t qpn);
   // Address handles for UD sends (docs/protocol.md §13.3): a destination
   // GID with its hop limit and traffic class, in a PD. ENOENT/EPERM for

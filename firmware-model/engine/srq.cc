@@ -101,8 +101,10 @@ void refill(Core& c, Qp& qp, uint32_t msn) {
     ++qp.rq_tail;
     took = true;
   }
-  if (!proto::seq_lt(msn, qp.rq_tail))
-    c.bump(&qp, &Counters::rx_rnr_srq_empty);  // within the window: the SRQ ran dry
+  // Within the window: the SRQ ran dry. RC and UC answer (or drop) with
+  // RNR; a UD caller counts its own drop (rx_drop_ud_srq_empty).
+  if (!proto::seq_lt(msn, qp.rq_tail) && qp.init.type != QpType::kUd)
+    c.bump(&qp, &Counters::rx_rnr_srq_empty);
   if (took) check_limit(c, s);
 }
 

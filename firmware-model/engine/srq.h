@@ -10,7 +10,9 @@
 // for m, receives for the MSNs up to m are taken from the SRQ, oldest
 // first (srq::refill). The window is bounded (a peer cannot drain the SRQ
 // for MSNs far ahead of what it has sent); beyond it, or with the SRQ
-// empty, the message is answered RNR, as with an empty RQ.
+// empty, the message is answered RNR, as with an empty RQ. A UD QP takes
+// one receive per datagram the same way (MSN = its rq_head); with the SRQ
+// empty the datagram is dropped and counted, as UD has no RNR.
 #pragma once
 
 #include <cstdint>

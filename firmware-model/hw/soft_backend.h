@@ -42,6 +42,9 @@ class SoftBackend : public TransportBackend {
     return engine_.query_qp(o, qpn, attr, init);
   }
   int destroy_qp(fw::OwnerId o, uint32_t qpn) override { return engine_.destroy_qp(o, qpn); }
+  int queue_depths(fw::OwnerId o, uint32_t qpn, uint32_t* sq, uint32_t* rq) override {
+    return engine_.queue_depths(o, qpn, sq, rq);
+  }
   void destroy_owner(fw::OwnerId o) override { engine_.destroy_owner(o); }
   int create_ah(fw::OwnerId o, uint32_t pdn, const fw::AddressVector& av, uint32_t* ahn) override {
     return engine_.create_ah(o, pdn, av, ahn);

@@ -68,6 +68,11 @@ class TransportBackend {
   virtual int query_qp(fw::OwnerId owner, uint32_t qpn, fw::QpAttr* attr,
                        fw::QpInitAttr* init) = 0;
   virtual int destroy_qp(fw::OwnerId owner, uint32_t qpn) = 0;
+  // WRs the QP holds and has not completed (fw::Engine::queue_depths).
+  // EOPNOTSUPP: the host then treats a WQE as freed once the backend took it.
+  virtual int queue_depths(fw::OwnerId, uint32_t /*qpn*/, uint32_t* /*sq*/, uint32_t* /*rq*/) {
+    return EOPNOTSUPP;
+  }
   virtual void destroy_owner(fw::OwnerId owner) = 0;
   // Address handles for UD sends (fw::Engine::create_ah). EOPNOTSUPP from a
   // backend without a datagram service.

@@ -4,6 +4,8 @@
 //
 //   hostile_client truncate SOCK      ftruncate every ring memfd: must be EPERM
 //   hostile_client garbage SOCK SEED  random ring contents and indices
+//   hostile_client overbound SOCK     receive ring entries beyond max_recv_wr:
+//                                     refused and counted, consumer index exact
 //   hostile_client channel SOCK       FIFO / file / stream socket channel fds:
 //                                     EINVAL with a reason; a blocking socket
 //                                     nobody reads: accepted, never blocks
@@ -236,6 +238,50 @@ int do_garbage(const std::string& sock, uint64_t seed) {
   return g_failures ? 1 : 0;
 }
 
+// Receive entries beyond max_recv_wr: a QP of max_recv_wr 5 has a ring of
+// 8 slots. All 8 valid WQEs at once: the daemon takes 5 and refuses 3
+// (counted wqe_recv_over_bound, no CQE), so its consumer index (entries
+// read minus those the engine holds) reads 3 and the ring holds nothing.
+int do_overbound(const std::string& sock) {
+  constexpr uint32_t kDepth = 5;
+  Conn c(sock);
+  c.open();
+  Objects o;
+  expect(create_objects(c, &o, kDepth), "created PD, CQ and QP of max_recv_wr 5");
+  expect(o.qp.cap.max_recv_wr == kDepth && o.qp.rq_entries > kDepth,
+         "max_recv_wr 5 returned as 5, ring of " + std::to_string(o.qp.rq_entries) + " slots");
+  mroce_modify_qp_req m{};
+  m.qpn = o.qpn;
+  m.attr.attr_mask = 1 | 8 | 16 | 32;  // IBV_QP_STATE | ACCESS_FLAGS | PKEY_INDEX | PORT
+  m.attr.qp_state = 1;                 // IBV_QPS_INIT: receives may be posted
+  m.attr.port_num = 1;
+  Reply r = c.call(MROCE_OP_MODIFY_QP, m);
+  expect(r.err == 0, "QP to INIT: " + std::to_string(r.err) + " " + r.reason);
+  auto* map = static_cast<uint8_t*>(
+      mmap(nullptr, o.qp.ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, o.qp_fd, 0));
+  expect(map != MAP_FAILED, "mapped the rings");
+  if (map == MAP_FAILED) return 1;
+  auto* hdr = reinterpret_cast<mroce_ring_hdr*>(map + o.qp.rq_offset);
+  uint8_t* slots = reinterpret_cast<uint8_t*>(hdr + 1);
+  for (uint32_t i = 0; i < o.qp.rq_entries; i++) {
+    mroce_recv_wqe w{};
+    w.wr_id = i;
+    std::memcpy(slots + i * hdr->entry_size, &w, sizeof(w));
+  }
+  __atomic_store_n(&hdr->producer, o.qp.rq_entries, __ATOMIC_RELEASE);
+  const uint32_t want = o.qp.rq_entries - kDepth;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  uint32_t cons = 0;
+  while ((cons = __atomic_load_n(&hdr->consumer, __ATOMIC_ACQUIRE)) != want &&
+         std::chrono::steady_clock::now() < end) {
+    mroce_query_counters_req q{0xffffffffu, 0};
+    c.call(MROCE_OP_QUERY_COUNTERS, q);  // a round trip: the daemon's loop has run
+  }
+  expect(cons == want, "consumer index " + std::to_string(cons) + ", want " +
+                           std::to_string(want) + " (entries read minus the 5 held)");
+  return g_failures ? 1 : 0;
+}
+
 int do_channel(const std::string& sock) {
   Conn c(sock);
   c.open();
@@ -457,6 +503,7 @@ int main(int argc, char** argv) {
   if (mode == "truncate") return do_truncate(sock);
   if (mode == "garbage") return do_garbage(sock, argc > 3 ? std::strtoull(argv[3], nullptr, 0) : 1);
   if (mode == "channel") return do_channel(sock);
+  if (mode == "overbound") return do_overbound(sock);
   if (mode == "exhaust") return do_exhaust(sock, argc > 3 ? std::atoi(argv[3]) : 8);
   if (mode == "foreign") return do_foreign(sock);
   if (mode == "fuzz") {

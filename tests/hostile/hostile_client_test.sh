@@ -122,6 +122,15 @@ t_ring_truncate() {
   victim truncate --seed 21 --bulk-mib 4 --max-size 65536
 }
 
+# srqud: a ring written beyond max_recv_wr (docs/security.md).
+t_ring_over_bound() {
+  local before; before=$(counter wqe_recv_over_bound)
+  as_user overbound "$SOCK_A"
+  daemons_alive
+  echo "wqe_recv_over_bound=$(counter wqe_recv_over_bound)"
+  [ "$(counter wqe_recv_over_bound)" -ge $((before + 3)) ] || e2e_fail "entries over the bound not counted"
+}
+
 t_ring_garbage() {
   traffic_start garbage --seed 22 --bulk-mib 32 --max-size 262144
   as_user garbage "$SOCK_A" 7
@@ -195,6 +204,7 @@ else
   e2e_case socket_mode t_socket_mode
   e2e_case ring_truncate t_ring_truncate
   e2e_case ring_garbage t_ring_garbage
+  e2e_case ring_over_bound t_ring_over_bound
   e2e_case bad_channel_fds t_bad_channel_fds
   e2e_case exhaust_limits t_exhaust_limits
   e2e_case foreign_objects t_foreign_objects
