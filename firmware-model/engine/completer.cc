@@ -51,8 +51,7 @@ bool finished(Qp& qp, const SendWqe& w) {
 void emit(Core& c, Qp& qp, SendWqe& w, WcStatus status) {
   bool signaled = status != WcStatus::kSuccess || (w.wr.send_flags & kSendSignaled) ||
                   qp.init.sq_sig_all;
-  if (w.is_rd() && w.started && qp.rd_outstanding > 0) --qp.rd_outstanding;
-  if (w.wr.opcode == WrOpcode::kRdmaRead && w.started) qp.rd_bytes -= std::min<uint64_t>(qp.rd_bytes, w.length);
+  qp.release_rd(w);
   w.release_read_state();
   if (!signaled) return;
   Completion wc;
@@ -282,6 +281,8 @@ void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
     if (!c.commit(qp.owner)) return;  // failed: the WQE completed kLocAccessErr
     w->response_done = true;
     w->read_check = kNever;
+    qp.release_rd(*w);  // later READs may start now, before this one completes
+    w->release_read_state();
   } else if ((p.mbth.flags & proto::kFlagLast) && w->read_check == kNever) {
     // The last response of a range is in but holes remain: unless they
     // arrive within the paths' delay spread, re-issue them (no RTO wait).

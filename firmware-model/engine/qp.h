@@ -82,6 +82,9 @@ struct SendWqe {
   bool started = false;
   bool all_sent = false;       // every first transmission is out
   bool response_done = false;  // READ: all data placed; atomic: result written
+  // Holds one of max_rd_atomic's slots (Qp::rd_outstanding; a READ also its
+  // bytes in Qp::rd_bytes) until Qp::release_rd.
+  bool rd_counted = false;
   WcStatus status = WcStatus::kSuccess;
   // READ: which 256-byte chunks of the message arrived.
   std::vector<uint64_t> chunks;
@@ -220,6 +223,17 @@ struct Qp {
   uint32_t rd_outstanding = 0;
   uint64_t rd_bytes = 0;  // message bytes of the READs outstanding (<= kMaxReadBytes + one)
   std::array<uint32_t, kRdSlots> rd_slot{};  // rd msn % kRdSlots -> WQE seq
+  // w gives its max_rd_atomic slot back: a READ as soon as all its data is
+  // placed, whatever READs before it still miss (docs/engine.md §READ
+  // recovery), an atomic when it completes. Released only in completion
+  // order, one READ with a hole held every later READ's slot through its
+  // recovery and the pipeline drained behind it.
+  void release_rd(SendWqe& w) {
+    if (!w.rd_counted) return;
+    w.rd_counted = false;
+    --rd_outstanding;
+    if (w.wr.opcode == WrOpcode::kRdmaRead) rd_bytes -= std::min<uint64_t>(rd_bytes, w.length);
+  }
   uint32_t credit = 0;   // peer's latest grant in packets (0 = no limit)
   uint32_t retries = 0;  // consecutive timeouts without progress
   // When the requester last made progress, or began waiting after being

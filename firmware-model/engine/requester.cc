@@ -181,12 +181,25 @@ State retransmit(Core& c, Qp& qp, TxEntry& e) {
   return State::kSent;
 }
 
+// The read MSN a new READ/atomic takes finds its WQE through
+// rd_slot[msn % kRdSlots]. READs give their slot back out of order
+// (Qp::release_rd), so an older one still waiting for data may hold the
+// entry this MSN would overwrite: its responses would then match nothing.
+bool rd_slot_free(Qp& qp) {
+  const uint32_t slot = qp.next_rd_msn % kRdSlots;
+  uint32_t seq = qp.rd_slot[slot];
+  if (proto::seq_lt(seq, qp.sq_head) || !proto::seq_lt(seq, qp.sq_next)) return true;
+  const SendWqe& w = qp.sqe(seq);
+  return !(w.rd_counted && w.msn % kRdSlots == slot);
+}
+
 State start_wqe(Core& c, Qp& qp) {
   SendWqe& w = qp.sqe(qp.sq_next);
   if (qp.state != QpState::kRts) return State::kBlockedOrder;  // SQD: drain only
   if ((w.wr.send_flags & kSendFence) && qp.rd_outstanding > 0) return State::kBlockedOrder;
   if (w.is_rd() && qp.rd_outstanding >= std::max<uint32_t>(1, qp.attr.max_rd_atomic))
     return State::kBlockedOrder;
+  if (w.is_rd() && !rd_slot_free(qp)) return State::kBlockedOrder;
   bool read = w.wr.opcode == WrOpcode::kRdmaRead;
   if (read && qp.rd_outstanding > 0 && qp.rd_bytes + w.length > kMaxReadBytes)
     return State::kBlockedOrder;  // READ tracking memory (docs/engine.md §Memory bounds)
@@ -212,6 +225,7 @@ State start_wqe(Core& c, Qp& qp) {
       w.msn = qp.next_rd_msn++;
       qp.rd_slot[w.msn % kRdSlots] = qp.sq_next;
       ++qp.rd_outstanding;
+      w.rd_counted = true;
       break;
   }
   if (read) {  // validated: now the chunk bitmap may be allocated
