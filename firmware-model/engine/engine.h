@@ -135,6 +135,10 @@ struct Counters {
   uint64_t rkey_refused_wrong_qp = 0;    // ...type 2 window bound to another QP
   uint64_t rkey_refused_out_of_bounds = 0;  // ...range outside the MR or window
   uint64_t rkey_refused_no_access = 0;   // ...right missing (MR, window or QP access flags)
+  // readrec: READ recovery (docs/engine.md §READ recovery)
+  uint64_t read_repairs_trimmed = 0;  // READ repair cut (or dropped) to what no queued job sends
+  uint64_t read_tail_probes = 0;      // READ data asked again after the responses stopped
+  uint64_t read_holes_by_order = 0;   // READ hole check armed by a later READ's response
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).
