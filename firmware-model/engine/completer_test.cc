@@ -265,6 +265,41 @@ TEST_CASE("completer__read_slot_released_when_its_data_is_in_not_in_order") {
   CHECK(reads[3] == "tx RDMA_READ_REQ psn 1003 msn 0");
 }
 
+// A READ's LAST response is lost: no hole check sees that. A response of
+// a later READ shows the READ was answered in full (the responder answers
+// in read MSN order), so its missing data is asked again at once; the
+// last READ's lost tail is asked again by the probe timer once responses
+// stop. Either way before the RTO (which restarted with every response).
+TEST_CASE("completer__lost_last_read_response_is_asked_again_before_the_rto") {
+  for (uint32_t reads : {2u, 1u}) {
+    INFO(reads << " READs");
+    Bench t;
+    t.connect_pair(1 << 20);
+    for (uint32_t i = 0; i < 8192; ++i) t.b.mem[i] = static_cast<uint8_t>(i * 11);
+    bool lost = false;
+    t.filter = [&](const std::string& what, bool from_a) {
+      if (!lost && !from_a && what.rfind("RDMA_READ_RESP psn 1000 msn 0 off 3072 len 1024 LAST", 0) == 0)
+        return !(lost = true);
+      return true;
+    };
+    for (uint32_t i = 0; i < reads; ++i) {
+      SendWr r = t.a.wr(WrOpcode::kRdmaRead, i, 100'000 + 4096 * i, 4096);
+      r.remote_addr = t.b.base() + 4096 * i;
+      r.rkey = t.b.mr.rkey;
+      REQUIRE(t.a.post_send(r) == 0);
+    }
+    auto sc = drain(t, reads);
+    REQUIRE(sc.size() == reads);
+    CHECK(lost);
+    for (auto& c : sc) CHECK(st(c) == "SUCCESS");
+    CHECK(std::memcmp(t.a.mem.data() + 100'000, t.b.mem.data(), 4096 * reads) == 0);
+    const Counters& k = t.a.engine->counters();
+    CHECK(k.timeouts == 0);
+    CHECK(k.read_holes_by_order == (reads == 2 ? 1u : 0u));
+    CHECK(k.read_tail_probes == (reads == 1 ? 1u : 0u));
+  }
+}
+
 // A READ that waits for data keeps its read MSN's entry (rd_slot, 32 of
 // them): READs after it that complete give their max_rd_atomic slots back,
 // but the READ whose MSN would take the waiting one's entry does not start
