@@ -51,8 +51,7 @@ bool finished(Qp& qp, const SendWqe& w) {
 void emit(Core& c, Qp& qp, SendWqe& w, WcStatus status) {
   bool signaled = status != WcStatus::kSuccess || (w.wr.send_flags & kSendSignaled) ||
                   qp.init.sq_sig_all;
-  if (w.is_rd() && w.started && qp.rd_outstanding > 0) --qp.rd_outstanding;
-  if (w.wr.opcode == WrOpcode::kRdmaRead && w.started) qp.rd_bytes -= std::min<uint64_t>(qp.rd_bytes, w.length);
+  qp.release_rd(w);
   w.release_read_state();
   if (!signaled) return;
   Completion wc;
@@ -242,6 +241,23 @@ bool answers_request(Qp& qp, const SendWqe& w, uint32_t psn, uint64_t off, uint6
   return &qp.sqe(e->wqe_seq) == &w && off >= e->offset && off + len <= uint64_t{e->offset} + e->len;
 }
 
+// The responder answers READs in read MSN order, a repair ahead of later
+// READs (ReadQueue::push). So a response of READ `msn` shows that every
+// earlier READ whose latest request had reached the responder was answered
+// in full: data of those still missing is lost (or on a slower path), even
+// their LAST response, which no hole check sees. Each gets its hole check
+// (re-issue after the paths' spread) instead of waiting for the RTO.
+void watch_earlier_reads(Core& c, Qp& qp, uint32_t msn) {
+  const Time at = c.now() + qp.rtt.reorder_window() + qp.rtt.spread();
+  for (uint32_t k = 1; k < kRdSlots; ++k) {
+    SendWqe* w = rd_wqe(qp, msn - k, WrOpcode::kRdmaRead, WrOpcode::kRdmaRead);
+    if (!w || w->read_check != kNever || !w->all_sent || !qp.sb.delivered(w->max_psn)) continue;
+    w->read_check = at;
+    qp.read_deadline = std::min(qp.read_deadline, at);
+    c.bump(&qp, &Counters::read_holes_by_order);
+  }
+}
+
 void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
   const proto::Packet& p = f.packet;
   SendWqe* w = rd_wqe(qp, p.mbth.msn, WrOpcode::kRdmaRead, WrOpcode::kRdmaRead);
@@ -275,14 +291,18 @@ void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
   }
   if (len) c.placed_response(qp, seq);
   if (end > w->chunks_hw) w->chunks_hw = end;
+  const bool first_data = w->chunks_got == 0, last = p.mbth.flags & proto::kFlagLast;
   mark_chunks(*w, first, end);
+  if (first_data || last) watch_earlier_reads(c, qp, p.mbth.msn);
   qp.sb.on_delivered(p.mbth.psn, c.now(), qp.rtt);  // the request evidently arrived
   if (w->chunks_got == w->chunks_total) {
     // Completes only once the data is in host memory (hal.h §Placement).
     if (!c.commit(qp.owner)) return;  // failed: the WQE completed kLocAccessErr
     w->response_done = true;
     w->read_check = kNever;
-  } else if ((p.mbth.flags & proto::kFlagLast) && w->read_check == kNever) {
+    qp.release_rd(*w);  // later READs may start now, before this one completes
+    w->release_read_state();
+  } else if (last && w->read_check == kNever) {
     // The last response of a range is in but holes remain: unless they
     // arrive within the paths' delay spread, re-issue them (no RTO wait).
     w->read_check = c.now() + qp.rtt.reorder_window() + qp.rtt.spread();

@@ -18,6 +18,16 @@ SendWr write_to(Bench& t, uint64_t id, uint64_t src, uint64_t dst, uint32_t len,
   w.rkey = t.b.mr.rkey;
   return w;
 }
+// RTS -> SQD -> RTS: max_rd_atomic may change only through SQD.
+void set_max_rd_atomic(Bench& t, uint8_t n) {
+  QpAttr a;
+  a.qp_state = QpState::kSqd;
+  REQUIRE(t.a.engine->modify_qp(Node::kOwner, t.a.qpn, a, kAttrState) == 0);
+  a.max_rd_atomic = n;
+  REQUIRE(t.a.engine->modify_qp(Node::kOwner, t.a.qpn, a, kAttrState | kAttrMaxQpRdAtomic) == 0);
+  a.qp_state = QpState::kRts;
+  REQUIRE(t.a.engine->modify_qp(Node::kOwner, t.a.qpn, a, kAttrState) == 0);
+}
 std::vector<Completion> drain(Bench& t, size_t n, Time limit = 10'000'000'000ull) {
   std::vector<Completion> sc;
   t.run([&] {
@@ -212,6 +222,121 @@ TEST_CASE("completer__max_rd_atomic_limits_outstanding_reads") {
   CHECK(t.a.port.log.size() == 1);
   auto sc = drain(t, 3);
   CHECK(sc.size() == 3);
+}
+
+// max_rd_atomic counts READs still waiting for data, not READs not yet
+// completed: a READ whose data is all in gives its slot back at once, even
+// while an earlier READ recovers a lost response (completions still follow
+// posting order). Released only in order, the first READ's lost LAST
+// response held the next READ back until the first was repaired.
+TEST_CASE("completer__read_slot_released_when_its_data_is_in_not_in_order") {
+  Bench t;
+  t.connect_pair(1 << 20);
+  set_max_rd_atomic(t, 2);
+  for (uint32_t i = 0; i < 6144; ++i) t.b.mem[i] = static_cast<uint8_t>(i * 13);
+  bool lost = false;
+  t.filter = [&](const std::string& what, bool from_a) {
+    if (!lost && !from_a && what.rfind("RDMA_READ_RESP psn 1000 msn 0 off 1024", 0) == 0)
+      return !(lost = true);  // the first READ's LAST response
+    return true;
+  };
+  for (uint32_t i = 0; i < 3; ++i) {
+    SendWr r = t.a.wr(WrOpcode::kRdmaRead, i, 100'000 + 2048 * i, 2048);
+    r.remote_addr = t.b.base() + 2048 * i;
+    r.rkey = t.b.mr.rkey;
+    REQUIRE(t.a.post_send(r) == 0);
+  }
+  auto sc = drain(t, 3);
+  REQUIRE(sc.size() == 3);
+  CHECK(lost);
+  for (uint32_t i = 0; i < 3; ++i) {
+    CHECK(sc[i].wr_id == i);
+    CHECK(st(sc[i]) == "SUCCESS");
+  }
+  CHECK(std::memcmp(t.a.mem.data() + 100'000, t.b.mem.data(), 6144) == 0);
+  // The third READ left before the first was asked for again.
+  std::vector<std::string> reads;
+  for (auto& s : t.a.port.log)
+    if (s.find("RDMA_READ_REQ") != std::string::npos) reads.push_back(s.substr(0, s.find(" off")));
+  REQUIRE(reads.size() >= 4);
+  CHECK(reads[0] == "tx RDMA_READ_REQ psn 1000 msn 0");
+  CHECK(reads[1] == "tx RDMA_READ_REQ psn 1001 msn 1");
+  CHECK(reads[2] == "tx RDMA_READ_REQ psn 1002 msn 2");
+  CHECK(reads[3] == "tx RDMA_READ_REQ psn 1003 msn 0");
+}
+
+// A READ's LAST response is lost: no hole check sees that. A response of
+// a later READ shows the READ was answered in full (the responder answers
+// in read MSN order), so its missing data is asked again at once; the
+// last READ's lost tail is asked again by the probe timer once responses
+// stop. Either way before the RTO (which restarted with every response).
+TEST_CASE("completer__lost_last_read_response_is_asked_again_before_the_rto") {
+  for (uint32_t reads : {2u, 1u}) {
+    INFO(reads << " READs");
+    Bench t;
+    t.connect_pair(1 << 20);
+    for (uint32_t i = 0; i < 8192; ++i) t.b.mem[i] = static_cast<uint8_t>(i * 11);
+    bool lost = false;
+    t.filter = [&](const std::string& what, bool from_a) {
+      if (!lost && !from_a && what.rfind("RDMA_READ_RESP psn 1000 msn 0 off 3072 len 1024 LAST", 0) == 0)
+        return !(lost = true);
+      return true;
+    };
+    for (uint32_t i = 0; i < reads; ++i) {
+      SendWr r = t.a.wr(WrOpcode::kRdmaRead, i, 100'000 + 4096 * i, 4096);
+      r.remote_addr = t.b.base() + 4096 * i;
+      r.rkey = t.b.mr.rkey;
+      REQUIRE(t.a.post_send(r) == 0);
+    }
+    auto sc = drain(t, reads);
+    REQUIRE(sc.size() == reads);
+    CHECK(lost);
+    for (auto& c : sc) CHECK(st(c) == "SUCCESS");
+    CHECK(std::memcmp(t.a.mem.data() + 100'000, t.b.mem.data(), 4096 * reads) == 0);
+    const Counters& k = t.a.engine->counters();
+    CHECK(k.timeouts == 0);
+    CHECK(k.read_holes_by_order == (reads == 2 ? 1u : 0u));
+    CHECK(k.read_tail_probes == (reads == 1 ? 1u : 0u));
+  }
+}
+
+// A READ that waits for data keeps its read MSN's entry (rd_slot, 32 of
+// them): READs after it that complete give their max_rd_atomic slots back,
+// but the READ whose MSN would take the waiting one's entry does not start
+// until that READ is in. Otherwise the waiting READ's responses matched
+// nothing (rx_drop_unexpected) and it ended in RETRY_EXC_ERR.
+TEST_CASE("completer__read_waiting_for_data_keeps_its_msn_entry") {
+  Bench t;
+  t.connect_pair(1 << 20);
+  for (uint32_t i = 0; i < 40 * 256; ++i) t.b.mem[i] = static_cast<uint8_t>(i * 7 + 1);
+  bool hold = true;  // the first READ's responses are lost until the others are in
+  t.filter = [&](const std::string& what, bool from_a) {
+    return !(hold && !from_a && what.rfind("RDMA_READ_RESP", 0) == 0 &&
+             what.find(" msn 0 ") != std::string::npos);
+  };
+  for (uint32_t i = 0; i < 40; ++i) {
+    SendWr r = t.a.wr(WrOpcode::kRdmaRead, i, 100'000 + 256 * i, 256);
+    r.remote_addr = t.b.base() + 256 * i;
+    r.rkey = t.b.mr.rkey;
+    REQUIRE(t.a.post_send(r) == 0);
+  }
+  auto has = [&](const char* s) {
+    for (auto& l : t.a.port.log)
+      if (l.find(s) != std::string::npos) return true;
+    return false;
+  };
+  REQUIRE(t.run([&] { return has("msn 31 off 0"); }));  // READs 1..31 were sent ...
+  t.run_idle(200'000);  // ... and answered
+  CHECK_FALSE(has("msn 32 off 0"));  // the entry of READ 0 is still taken
+  hold = false;
+  auto sc = drain(t, 40);
+  REQUIRE(sc.size() == 40);
+  for (uint32_t i = 0; i < 40; ++i) {
+    CHECK(sc[i].wr_id == i);
+    CHECK(st(sc[i]) == "SUCCESS");
+  }
+  CHECK(std::memcmp(t.a.mem.data() + 100'000, t.b.mem.data(), 40 * 256) == 0);
+  CHECK(t.a.engine->counters().rx_drop_unexpected == 0);
 }
 
 }  // namespace metaroce::fw::test

@@ -990,7 +990,7 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
     for (uint32_t i = 0; i < wr.num_sge; ++i) len += wr.sg[i].length;
   w.length = static_cast<uint32_t>(std::min<uint64_t>(len, UINT32_MAX));
   w.msn = w.sent = w.max_psn = 0;
-  w.started = w.all_sent = w.response_done = false;
+  w.started = w.all_sent = w.response_done = w.rd_counted = false;
   w.read_check = kNever;
   w.release_read_state();  // READ tracking is allocated when the WQE starts
   // Validated now; a WQE that fails completes with its status in posting

@@ -137,6 +137,10 @@ struct Counters {
   uint64_t rkey_refused_no_access = 0;   // ...right missing (MR, window or QP access flags)
   // srqud: UD QPs on an SRQ (docs/engine.md §Shared receive queues)
   uint64_t rx_drop_ud_srq_empty = 0;     // datagram for a UD QP whose SRQ had no receive (no RNR in UD)
+  // readrec: READ recovery (docs/engine.md §READ recovery)
+  uint64_t read_repairs_trimmed = 0;  // READ repair cut (or dropped) to what no queued job sends
+  uint64_t read_tail_probes = 0;      // READ data asked again after the responses stopped
+  uint64_t read_holes_by_order = 0;   // READ hole check armed by a later READ's response
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).

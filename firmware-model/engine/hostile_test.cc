@@ -358,8 +358,12 @@ TEST_CASE("hostile__duplicate_read_while_queued_is_not_served_twice") {
   CHECK(r.qp.reads.size() == 1);
   CHECK(r.core.counters().rx_drop_duplicate == 5);
   // A re-issue for one missing KiB (new PSN, same MSN) serves that KiB only.
-  r.read(kPsn + 1, 0, 4096, 1024);
+  r.read(kPsn + 1, 0, 1024, 1024);
   CHECK(r.qp.reads.size() == 2);
+  // One for a KiB the queued job has still to send is served by that job.
+  r.read(kPsn + 2, 0, 8192, 1024);
+  CHECK(r.qp.reads.size() == 2);
+  CHECK(r.core.counters().read_repairs_trimmed == 1);
   // Responses leave at line rate: let time pass while they drain.
   for (int i = 0; i < 1000 && !r.qp.reads.empty(); ++i) {
     responder::run(r.core, r.qp, 16);
@@ -368,6 +372,7 @@ TEST_CASE("hostile__duplicate_read_while_queued_is_not_served_twice") {
   CHECK(r.qp.reads.empty());
   CHECK(r.answered(kPsn) == 65536);
   CHECK(r.answered(kPsn + 1) == 1024);
+  CHECK(r.answered(kPsn + 2) == 0);
   // Once answered, a duplicate is served again (its responses may be lost).
   r.read(kPsn, 0, 0, 65536);
   CHECK(r.qp.reads.size() == 1);
@@ -376,12 +381,19 @@ TEST_CASE("hostile__duplicate_read_while_queued_is_not_served_twice") {
 TEST_CASE("hostile__read_queue_is_bounded") {
   Responder r;
   r.read(kPsn, 0, 0, 65536);
-  // Re-issues of MSN 0 at will: the queue keeps kReadJobs; the next one is
-  // dropped unmarked (a real requester resends it) and counted.
-  for (uint32_t i = 1; i <= kReadJobs; ++i) r.read(kPsn + i, 0, 0, 65536);
+  for (int i = 0; i < 1000 && !r.qp.reads.empty(); ++i) {  // answered: nothing queued sends MSN 0
+    responder::run(r.core, r.qp, 16);
+    r.clock.t += 10'000;
+  }
+  REQUIRE(r.qp.reads.empty());
+  // Re-issues of MSN 0 at will, each for another range: the queue keeps
+  // kReadJobs; the next one is dropped unmarked (a real requester resends
+  // it) and counted.
+  for (uint32_t i = 1; i <= kReadJobs + 1; ++i) r.read(kPsn + i, 0, i * 512, 512);
   CHECK(r.qp.reads.size() == kReadJobs);
   CHECK(r.core.counters().rx_drop_read_queue_full == 1);
-  CHECK(r.qp.rw.cum() == kPsn + kReadJobs);
+  CHECK(r.qp.rw.cum() == kPsn + kReadJobs + 1);
+  CHECK(r.core.counters().read_repairs_trimmed == 0);
   CHECK(r.qp.state == QpState::kRts);
 }
 

@@ -82,6 +82,9 @@ struct SendWqe {
   bool started = false;
   bool all_sent = false;       // every first transmission is out
   bool response_done = false;  // READ: all data placed; atomic: result written
+  // Holds one of max_rd_atomic's slots (Qp::rd_outstanding; a READ also its
+  // bytes in Qp::rd_bytes) until Qp::release_rd.
+  bool rd_counted = false;
   WcStatus status = WcStatus::kSuccess;
   // READ: which 256-byte chunks of the message arrived.
   std::vector<uint64_t> chunks;
@@ -134,11 +137,11 @@ struct ReadJob {
   uint32_t rkey = 0;         // checked again before every read: the MR may be gone
 };
 
-// The responder's READ jobs in arrival order: front is being answered. A
-// fixed ring (allocated by the first push and kept, O(1) push/pop); at
-// most kReadJobs jobs, and the responder admits at most max_dest_rd_atomic
-// first issues (docs/engine.md §Responder). Scans (find) are bounded by
-// kReadJobs.
+// The responder's READ jobs in read MSN order: front is being answered. A
+// fixed ring (allocated by the first push and kept, O(1) pop, push O(1) for
+// a first issue); at most kReadJobs jobs, and the responder admits at most
+// max_dest_rd_atomic first issues (docs/engine.md §Responder). Scans and
+// the insertion of a repair are bounded by kReadJobs.
 inline constexpr uint32_t kReadJobs = 2 * kRdSlots;
 
 class ReadQueue {
@@ -148,8 +151,24 @@ class ReadQueue {
   uint32_t size() const { return tail_ - head_; }
   uint32_t first_issues() const { return first_issues_; }
   ReadJob& front() { return jobs_[head_ % kReadJobs]; }
+  const ReadJob& job(uint32_t k) const { return jobs_[(head_ + k) % kReadJobs]; }  // k < size()
+  // A first issue carries the newest read MSN and goes last. A repair (a
+  // re-issue, or a READ served again) goes ahead of every job of a later
+  // READ, the front too (it resumes where it stopped), and behind the jobs
+  // of its own and earlier READs: the requester waits for that data with
+  // its completions, and behind a queue of later READs the repair waited
+  // for all of them (docs/engine.md §READ recovery).
   void push(const ReadJob& j) {
-    jobs_[tail_++ % kReadJobs] = j;
+    uint32_t at = tail_;
+    for (uint32_t i = head_; !j.first_issue && i != tail_; ++i) {
+      if (proto::seq_lt(j.msn, jobs_[i % kReadJobs].msn)) {
+        at = i;
+        break;
+      }
+    }
+    for (uint32_t i = tail_; i != at; --i) jobs_[i % kReadJobs] = jobs_[(i - 1) % kReadJobs];
+    jobs_[at % kReadJobs] = j;
+    ++tail_;
     if (j.first_issue) ++first_issues_;
   }
   void pop() {
@@ -220,6 +239,17 @@ struct Qp {
   uint32_t rd_outstanding = 0;
   uint64_t rd_bytes = 0;  // message bytes of the READs outstanding (<= kMaxReadBytes + one)
   std::array<uint32_t, kRdSlots> rd_slot{};  // rd msn % kRdSlots -> WQE seq
+  // w gives its max_rd_atomic slot back: a READ as soon as all its data is
+  // placed, whatever READs before it still miss (docs/engine.md §READ
+  // recovery), an atomic when it completes. Released only in completion
+  // order, one READ with a hole held every later READ's slot through its
+  // recovery and the pipeline drained behind it.
+  void release_rd(SendWqe& w) {
+    if (!w.rd_counted) return;
+    w.rd_counted = false;
+    --rd_outstanding;
+    if (w.wr.opcode == WrOpcode::kRdmaRead) rd_bytes -= std::min<uint64_t>(rd_bytes, w.length);
+  }
   uint32_t credit = 0;   // peer's latest grant in packets (0 = no limit)
   uint32_t retries = 0;  // consecutive timeouts without progress
   // When the requester last made progress, or began waiting after being

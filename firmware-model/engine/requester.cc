@@ -181,12 +181,25 @@ State retransmit(Core& c, Qp& qp, TxEntry& e) {
   return State::kSent;
 }
 
+// The read MSN a new READ/atomic takes finds its WQE through
+// rd_slot[msn % kRdSlots]. READs give their slot back out of order
+// (Qp::release_rd), so an older one still waiting for data may hold the
+// entry this MSN would overwrite: its responses would then match nothing.
+bool rd_slot_free(Qp& qp) {
+  const uint32_t slot = qp.next_rd_msn % kRdSlots;
+  uint32_t seq = qp.rd_slot[slot];
+  if (proto::seq_lt(seq, qp.sq_head) || !proto::seq_lt(seq, qp.sq_next)) return true;
+  const SendWqe& w = qp.sqe(seq);
+  return !(w.rd_counted && w.msn % kRdSlots == slot);
+}
+
 State start_wqe(Core& c, Qp& qp) {
   SendWqe& w = qp.sqe(qp.sq_next);
   if (qp.state != QpState::kRts) return State::kBlockedOrder;  // SQD: drain only
   if ((w.wr.send_flags & kSendFence) && qp.rd_outstanding > 0) return State::kBlockedOrder;
   if (w.is_rd() && qp.rd_outstanding >= std::max<uint32_t>(1, qp.attr.max_rd_atomic))
     return State::kBlockedOrder;
+  if (w.is_rd() && !rd_slot_free(qp)) return State::kBlockedOrder;
   bool read = w.wr.opcode == WrOpcode::kRdmaRead;
   if (read && qp.rd_outstanding > 0 && qp.rd_bytes + w.length > kMaxReadBytes)
     return State::kBlockedOrder;  // READ tracking memory (docs/engine.md §Memory bounds)
@@ -212,6 +225,7 @@ State start_wqe(Core& c, Qp& qp) {
       w.msn = qp.next_rd_msn++;
       qp.rd_slot[w.msn % kRdSlots] = qp.sq_next;
       ++qp.rd_outstanding;
+      w.rd_counted = true;
       break;
   }
   if (read) {  // validated: now the chunk bitmap may be allocated
@@ -296,7 +310,10 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
 }
 
 void arm_tlp(Core& c, Qp& qp) {
-  if (qp.sb.pkts_in_flight() == 0 || qp.state == QpState::kErr || qp.tlp_out) {
+  // READ responses are not acknowledged: a READ waiting for data is a flight
+  // too, and its probe asks for the data (on_tlp).
+  bool waiting = qp.sb.pkts_in_flight() > 0 || qp.rd_outstanding > 0;
+  if (!waiting || qp.state == QpState::kErr || qp.tlp_out) {
     qp.tlp_deadline = kNever;
     return;
   }
@@ -304,13 +321,43 @@ void arm_tlp(Core& c, Qp& qp) {
   qp.tlp_deadline = t < qp.rto_deadline ? t : kNever;
 }
 
+namespace {
+void reissue_read(Core& c, Qp& qp, uint32_t seq, uint32_t limit);
+
+// No response for a probe timeout while READs wait for data whose request
+// reached the responder: their last responses were lost (no hole check can
+// see that), or the responder or the path stalls. Ask, before the RTO, for
+// the holes below the highest chunk received and one MTU past it (a lost
+// LAST response): responses held up by a stalled path would otherwise all
+// come twice. What a stalled responder's queued job is still to send it
+// does not serve twice (responder: trim_repair).
+bool probe_reads(Core& c, Qp& qp) {
+  bool any = false;
+  for (uint32_t seq = qp.sq_head; seq != qp.sq_next; ++seq) {
+    SendWqe& w = qp.sqe(seq);
+    if (w.wr.opcode != WrOpcode::kRdmaRead || !w.all_sent || w.response_done) continue;
+    if (w.status != WcStatus::kSuccess || !qp.sb.delivered(w.max_psn)) continue;
+    reissue_read(c, qp, seq, w.chunks_hw + qp.mtu / kReadChunk);
+    w.read_check = kNever;
+    any = true;
+  }
+  return any;
+}
+}  // namespace
+
 void on_tlp(Core& c, Qp& qp) {
   qp.tlp_deadline = kNever;
   if (qp.state != QpState::kRts && qp.state != QpState::kSqd) return;
-  if (qp.sb.lost_count() == 0 && qp.sb.probe_tail()) {
+  if (qp.sb.lost_count() != 0) return;
+  if (qp.sb.probe_tail()) {
     qp.tlp_out = true;
     c.bump(&qp, &Counters::tail_loss_probes);
     c.activate(qp);
+  }
+  if (qp.rd_outstanding && probe_reads(c, qp)) {
+    qp.tlp_out = true;
+    c.bump(&qp, &Counters::read_tail_probes);
+    arm_rto(c, qp, false);
   }
 }
 

@@ -135,6 +135,11 @@ bool is_held(const Qp& qp, uint32_t psn) {
 bool ordered(Core& c, Qp& qp, const Req& r) {
   const uint32_t psn = r.p.mbth.psn;
   if (r.replay || psn == qp.rw.cum()) return true;
+  // A READ re-issue repairs a READ whose first issue already ran in order:
+  // nothing it must observe can be missing, and held behind an unrelated
+  // hole the repair waited for that hole's recovery too.
+  if (r.p.mbth.opcode == Opcode::kReadReq && proto::seq_lt(r.p.mbth.msn, qp.resp_rd_msn))
+    return true;
   HeldRequest* room = nullptr;
   for (HeldRequest& h : qp.held)
     if (!h.used) room = &h;
@@ -295,6 +300,42 @@ State check_rkey(Core& c, Qp& qp, Req& r) {
   return State::kExecute;
 }
 
+// A repair asks for READ data the requester misses. What of it a queued job
+// of the same READ has not sent yet is on its way (that job goes first), so
+// only the rest is served: otherwise a READ still being answered when the
+// requester's timer fired was served again in full. False: nothing is left.
+bool trim_repair(const ReadQueue& q, ReadJob& j) {
+  for (uint32_t k = 0; k < q.size() && j.length; ++k) {
+    const ReadJob& o = q.job(k);
+    if (o.msn != j.msn) continue;
+    const uint64_t s = uint64_t{o.base_offset} + o.done, e = uint64_t{o.base_offset} + o.length;
+    const uint64_t b = j.base_offset, f = b + j.length;
+    if (s >= f || e <= b) continue;  // disjoint
+    if (s <= b && e >= f) return false;
+    if (s <= b) {  // the job sends the head of the repair
+      const uint32_t d = static_cast<uint32_t>(e - b);
+      j.va += d;
+      j.base_offset += d;
+      j.length -= d;
+    } else if (e >= f) {  // ... its tail
+      j.length = static_cast<uint32_t>(s - b);
+    }  // inside it: served whole
+  }
+  return true;
+}
+
+// Queues a READ job (ReadQueue::push: a repair goes ahead of later READs).
+void queue_read(Core& c, Qp& qp, ReadJob j) {
+  if (!j.first_issue) {
+    const uint32_t asked = j.length;
+    const bool left = trim_repair(qp.reads, j);
+    if (!left || j.length != asked) c.bump(&qp, &Counters::read_repairs_trimmed);
+    if (!left) return;
+  }
+  qp.reads.push(j);
+  c.activate(qp);
+}
+
 void run_atomic(Core& c, Qp& qp, const proto::Packet& p, uint64_t* original, bool* ok) {
   uint8_t b[8];
   *ok = false;
@@ -345,10 +386,9 @@ State execute(Core& c, Qp& qp, Req& r) {
       }
       break;
     case Opcode::kReadReq:
-      qp.reads.push({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
-                     p.mbth.path_id, r.first_issue, p.reth.rkey});
+      queue_read(c, qp, {p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
+                         p.mbth.path_id, r.first_issue, p.reth.rkey});
       if (r.first_issue) ++qp.resp_rd_msn;
-      c.activate(qp);
       break;
     case Opcode::kAtomicCmpSwap:
     case Opcode::kAtomicFetchAdd: {
@@ -414,9 +454,8 @@ void serve_duplicate_read(Core& c, Qp& qp, const proto::Packet& p) {
     c.bump(&qp, &Counters::rx_drop_read_queue_full);
     return;
   }
-  qp.reads.push({p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
-                 p.mbth.path_id, false, p.reth.rkey});
-  c.activate(qp);
+  queue_read(c, qp, {p.mbth.psn, p.mbth.msn, p.reth.va, p.reth.length, p.mbth.offset, 0,
+                     p.mbth.path_id, false, p.reth.rkey});
 }
 
 // docs/protocol.md §6.8: never placed or executed again; READs are served

@@ -817,3 +817,125 @@ TEST_CASE("responder__full_transmit_queue_holds_read_responses_until_pump") {
   CHECK(std::memcmp(t.a.mem.data(), t.b.mem.data(), 8 * 1024) == 0);
 }
 }  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+
+namespace {
+// A READ_REQ from a's address straight into b's engine: `len` bytes at
+// offset `off` of the READ message whose first byte is b's byte `va_off`.
+void inject_read(Bench& t, uint32_t psn, uint32_t msn, uint64_t va_off, uint32_t off, uint32_t len) {
+  proto::Packet p;
+  p.mbth.opcode = proto::Opcode::kReadReq;
+  p.mbth.dest_qpn = t.b.qpn;
+  p.mbth.psn = psn;
+  p.mbth.msn = msn;
+  p.mbth.offset = off;
+  p.mbth.flags = proto::kFlagLast | proto::kFlagAckReq;
+  p.reth = {t.b.base() + va_off + off, t.b.mr.rkey, len};
+  proto::FrameHeaders h;
+  h.src_ip = t.a.ip;
+  h.dst_ip = t.b.ip;
+  std::vector<uint8_t> frame(256);
+  frame.resize(proto::build_frame(h, p, frame));
+  t.b.engine->on_frame(frame);
+}
+// b sends at most n more READ responses (n < 0: all it has), time passing;
+// then none until the next call (the port stays full: requests injected
+// meanwhile only queue).
+void serve_reads(Bench& t, int64_t n) {
+  t.b.port.tx_room = n < 0 ? -1 : n;
+  for (int i = 0; i < 100 && t.b.port.tx_room != 0; ++i) {
+    t.clock.t += 100'000;
+    t.b.engine->pump();
+  }
+  t.b.port.tx_room = 0;
+}
+std::string lines(std::initializer_list<const char*> l) {
+  std::string s;
+  for (auto* x : l) s += std::string(x) + "\n";
+  return s;
+}
+// b's READ responses so far, "psn P msn M off O len L[ LAST]".
+std::string responses(const Node& n) {
+  std::string s;
+  for (auto& l : n.port.log)
+    if (l.rfind("tx RDMA_READ_RESP ", 0) == 0) s += l.substr(18) + "\n";
+  return s;
+}
+}  // namespace
+
+// A repair of a READ goes ahead of the READs after it, the one being
+// answered too: the requester holds that READ's data (and completions)
+// until it comes. In arrival order it waited for every READ queued.
+TEST_CASE("responder__read_repair_goes_ahead_of_later_reads") {
+  Bench t;
+  t.connect_pair();
+  t.b.port.tx_room = 0;
+  inject_read(t, 1000, 0, 0, 0, 2048);
+  inject_read(t, 1001, 1, 4096, 0, 2048);
+  inject_read(t, 1002, 2, 8192, 0, 2048);
+  serve_reads(t, 3);  // READ 0 and the first response of READ 1
+  inject_read(t, 1003, 0, 0, 1024, 1024);  // READ 0's second response was lost
+  serve_reads(t, -1);
+  CHECK(responses(t.b) == lines({"psn 1000 msn 0 off 0 len 1024",
+                                 "psn 1000 msn 0 off 1024 len 1024 LAST",
+                                 "psn 1001 msn 1 off 0 len 1024",
+                                 "psn 1003 msn 0 off 1024 len 1024 LAST",
+                                 "psn 1001 msn 1 off 1024 len 1024 LAST",
+                                 "psn 1002 msn 2 off 0 len 1024",
+                                 "psn 1002 msn 2 off 1024 len 1024 LAST"}));
+  CHECK(t.b.engine->counters().rx_nak_invalid == 0);
+}
+
+// A re-issue repairs a READ that already ran in PSN order: it is served at
+// once, not held behind a hole of later requests (a lost WRITE, a new READ
+// still travelling), as a first issue ahead of a hole must be.
+TEST_CASE("responder__read_repair_is_not_held_behind_a_hole") {
+  Bench t;
+  t.connect_pair();
+  t.b.port.tx_room = 0;
+  inject_read(t, 1000, 0, 0, 0, 2048);
+  serve_reads(t, -1);
+  inject_read(t, 1002, 0, 0, 1024, 1024);  // PSN 1001 is missing
+  serve_reads(t, -1);
+  CHECK(responses(t.b) == lines({"psn 1000 msn 0 off 0 len 1024",
+                                 "psn 1000 msn 0 off 1024 len 1024 LAST",
+                                 "psn 1002 msn 0 off 1024 len 1024 LAST"}));
+  CHECK(t.b.engine->counters().rx_held_unordered == 0);
+  // A first issue ahead of the hole still waits for it.
+  inject_read(t, 1003, 1, 4096, 0, 1024);
+  CHECK(t.b.engine->counters().rx_held_unordered == 1);
+}
+
+// A repair asks for what the requester misses; what of it the READ's job
+// still queued has not sent yet comes anyway, so only the rest is served
+// (a READ the requester asked again while its responder was still sending
+// it, after a stall, was otherwise served twice).
+TEST_CASE("responder__read_repair_serves_only_what_no_queued_job_sends") {
+  Bench t;
+  t.connect_pair();
+  t.b.port.tx_room = 0;
+  inject_read(t, 1000, 0, 0, 0, 8192);
+  serve_reads(t, 2);  // [0, 2048) sent, [2048, 8192) still to come
+  inject_read(t, 1001, 0, 0, 0, 4096);     // its tail is the job's: [0, 2048) left
+  inject_read(t, 1002, 0, 0, 6144, 2048);  // all of it is the job's: nothing left
+  serve_reads(t, -1);
+  CHECK(responses(t.b) == lines({"psn 1000 msn 0 off 0 len 1024",
+                                 "psn 1000 msn 0 off 1024 len 1024",
+                                 "psn 1000 msn 0 off 2048 len 1024",
+                                 "psn 1000 msn 0 off 3072 len 1024",
+                                 "psn 1000 msn 0 off 4096 len 1024",
+                                 "psn 1000 msn 0 off 5120 len 1024",
+                                 "psn 1000 msn 0 off 6144 len 1024",
+                                 "psn 1000 msn 0 off 7168 len 1024 LAST",
+                                 "psn 1001 msn 0 off 0 len 1024",
+                                 "psn 1001 msn 0 off 1024 len 1024 LAST"}));
+  CHECK(t.b.engine->counters().read_repairs_trimmed == 2);
+  // Once the job is done, a repair is served whole.
+  inject_read(t, 1003, 0, 0, 6144, 2048);
+  serve_reads(t, -1);
+  CHECK(responses(t.b).find("psn 1003 msn 0 off 6144 len 1024\npsn 1003 msn 0 off 7168 len 1024 LAST") !=
+        std::string::npos);
+}
+
+}  // namespace metaroce::fw::test

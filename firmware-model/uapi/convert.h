@@ -138,7 +138,11 @@ struct NamedCounter {
   X(rkey_refused_out_of_bounds)  \
   X(rkey_refused_no_access)      \
   /* srqud: UD QPs on an SRQ, exact receive-queue bounds */ \
-  X(rx_drop_ud_srq_empty)
+  X(rx_drop_ud_srq_empty) \
+  /* readrec: READ recovery */    \
+  X(read_repairs_trimmed)        \
+  X(read_tail_probes)            \
+  X(read_holes_by_order)
 
 #define MROCE_X(name) +1
 inline constexpr size_t kEngineCounters = 0 MROCE_ENGINE_COUNTERS(MROCE_X);
