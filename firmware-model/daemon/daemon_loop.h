@@ -1,8 +1,10 @@
-// metaroced's event loop (docs/daemon.md §Loop): one thread that polls
-// packets, rings, timers and the control plane while there is work, spins
-// a little when idle (waking an idle vCPU costs ~35 us here), then sleeps
-// in Asio until a packet, a doorbell, a control message or the engine's
-// next deadline.
+// metaroced's event loop (docs/daemon.md §The loop): one thread that polls
+// packets, rings, timers and the control plane while there is work, keeps
+// polling for a bounded spin budget when idle (no system call per idle
+// pass: the control plane is polled every `control_every` passes), then
+// sleeps in Asio until a frame, a doorbell, a control message or the
+// engine's next deadline. With `dedicated` (--spin) it never sleeps: a core
+// of its own, and no doorbell system call for the applications either.
 #pragma once
 
 #include <utility>
@@ -15,9 +17,15 @@
 namespace metaroce::daemon {
 
 struct LoopOptions {
-  uint64_t spin_ns = 100'000;
-  uint64_t max_sleep_ns = 100'000'000;
+  uint64_t spin_ns = 100'000;            // keep polling this long after the last work
+  uint64_t max_sleep_ns = 100'000'000;   // longest sleep without a deadline
   uint64_t busy_horizon_ns = 2'000'000;  // stay awake while a deadline is this close
+  bool dedicated = false;                // --spin: never sleep
+  uint32_t control_every = 64;           // passes between polls of the control plane
+  // Tests only: runs on the loop thread right after a pass that found no
+  // work, i.e. in the window between the last look at the rings and the
+  // frames and the sleep (tests/ the no-lost-wake-up property).
+  std::function<void()> after_idle_pass;
 };
 
 class DaemonLoop {
@@ -31,6 +39,8 @@ class DaemonLoop {
 
  private:
   void arm_waits();
+  bool may_sleep(fw::Time now, fw::Time idle_since) const;
+  void sleep(fw::Time now);
 
   boost::asio::io_context& io_;
   Device& device_;

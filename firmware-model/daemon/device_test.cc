@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -17,8 +18,10 @@
 #include <random>
 #include <doctest/doctest.h>
 #include <numeric>
+#include <thread>
 #include <vector>
 
+#include "firmware-model/daemon/daemon_loop.h"
 #include "firmware-model/daemon/dma.h"
 #include "firmware-model/daemon/options.h"
 #include "firmware-model/hw/hw_offload_backend.h"
@@ -1206,6 +1209,8 @@ class RingIo final : public io::PacketIo {
     }
     for (size_t i = 0; i < held_.size(); i++)
       out[i] = {held_[i].data(), static_cast<uint32_t>(held_[i].size())};
+    uint64_t v;  // wake_fd is readable while frames wait, as a socket is
+    if (wake_fd >= 0 && inbox_.empty()) while (read(wake_fd, &v, sizeof v) == sizeof v) {}
     return static_cast<int>(held_.size());
   }
   void rx_release() override { held_.clear(); }
@@ -1234,14 +1239,18 @@ class RingIo final : public io::PacketIo {
     return capacity - static_cast<uint32_t>(pending_.size() + kernel_.size());
   }
   uint32_t tx_capacity() const override { return capacity; }
+  int wake_fd = -1;  // an eventfd the wire writes when it delivers (the loop's wait_fd)
   // The wire moves up to n frames the "kernel" holds to the peer.
   void carry(size_t n) {
     for (; n > 0 && !kernel_.empty(); --n) {
       peer->inbox_.push_back(std::move(kernel_.front()));
       kernel_.pop_front();
+      uint64_t one = 1;
+      if (peer->wake_fd >= 0) CHECK(write(peer->wake_fd, &one, sizeof one) == sizeof one);
     }
   }
-  int wait_fd() const override { return -1; }
+  size_t in_kernel() const { return kernel_.size(); }
+  int wait_fd() const override { return wake_fd; }
   uint32_t max_frame() const override { return 1600; }
   const char* name() const override { return "ring_io(test)"; }
   io::IoStats stats() const override { return stats_; }
@@ -1339,6 +1348,180 @@ TEST_CASE("backpressure__full_tx_ring_holds_the_engine_instead_of_dropping") {
 // for good.
 TEST_CASE("backpressure__a_ring_smaller_than_the_reserve_still_carries_requests") {
   write_through_rings(16);
+}
+
+}  // namespace metaroce::daemon
+
+namespace metaroce::daemon {
+namespace {
+
+// docs/daemon.md §No lost wake-up. A DaemonLoop on its own thread, as in
+// metaroced, whose sleeps last an hour unless something wakes it: work that
+// is not found in time is not found at all, and the waits below (30 s)
+// fail instead of passing late.
+struct LoopThread {
+  boost::asio::io_context io;
+  // Outstanding work, as metaroced's control socket is: an io_context
+  // without any stops, and a stopped one never sleeps nor runs stop().
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> busy =
+      boost::asio::make_work_guard(io);
+  DaemonLoop loop;
+  std::thread thread;
+  LoopThread(Fixture& f, LoopOptions o) : loop(io, f.device, f.doorbell, -1, {}, long_sleeps(o)) {
+    thread = std::thread([this] { loop.run(); });
+  }
+  ~LoopThread() {
+    boost::asio::post(io, [this] { loop.stop(); });  // wakes a sleeping loop
+    thread.join();
+  }
+  static LoopOptions long_sleeps(LoopOptions o) {
+    o.spin_ns = 0;
+    o.busy_horizon_ns = 0;
+    o.max_sleep_ns = 3600'000'000'000;
+    return o;
+  }
+};
+
+template <class Pred>
+bool wait_for(Pred done, std::chrono::seconds limit = std::chrono::seconds(30)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return done();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+bool nic_sleeping(const RingView& r) {
+  return __atomic_load_n(&r.hdr()->nic_sleeping, __ATOMIC_SEQ_CST) != 0;
+}
+
+// Two loopback QPs and a 64-byte RDMA WRITE from a to b, posted by
+// post_write() as the provider does: the WQE, the producer, then the
+// doorbell only if the NIC announced sleep.
+struct LoopbackWrite {
+  Fixture& f;
+  std::vector<uint8_t> src = std::vector<uint8_t>(64, 0x5a), dst = std::vector<uint8_t>(64, 0);
+  mroce_reg_mr_resp mr_src{}, mr_dst{};
+  Cq cq;
+  Qp a, b;
+  explicit LoopbackWrite(Fixture& fx) : f(fx) {
+    uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+    mr_src = reg(pdn, src);
+    mr_dst = reg(pdn, dst);
+    cq = make_cq(f);
+    a = make_qp(f, pdn, cq);
+    b = make_qp(f, pdn, cq);
+    connect(f, a, b.qpn);
+    connect(f, b, a.qpn);
+  }
+  mroce_reg_mr_resp reg(uint32_t pdn, std::vector<uint8_t>& buf) {
+    mroce_reg_mr_req req{reinterpret_cast<uint64_t>(buf.data()), buf.size(), pdn, 1 | 2 | 4 | 8};
+    Device::Reply r = f.call(MROCE_OP_REG_MR, bytes_of(req));
+    REQUIRE(r.err == 0);
+    return reply_as<mroce_reg_mr_resp>(r);
+  }
+  // Returns whether it rang the doorbell.
+  bool post_write() {
+    auto* w = static_cast<mroce_send_wqe*>(a.sq.slot(0));
+    *w = {};
+    w->wr_id = 9;
+    w->opcode = 0;  // RDMA_WRITE
+    w->send_flags = 2;
+    w->num_sge = 1;
+    w->remote_addr = reinterpret_cast<uint64_t>(dst.data());
+    w->rkey = mr_dst.rkey;
+    w->u.sg[0] = {reinterpret_cast<uint64_t>(src.data()), 64, mr_src.lkey};
+    a.sq.store_producer(1);
+    if (!nic_sleeping(a.sq)) return false;
+    uint64_t one = 1;
+    CHECK(write(f.doorbell, &one, sizeof one) == sizeof one);
+    return true;
+  }
+  bool completed() const { return cq.ring.load_producer() >= 1; }
+};
+
+}  // namespace
+
+// Posted after the loop's last look at the rings but before it announced
+// sleep: the application saw nic_sleeping 0 and rang no doorbell, so the
+// loop must find the work when it rescans after the announcement.
+TEST_CASE("wakeup__work_posted_between_the_last_pass_and_the_sleep_is_served_without_a_doorbell") {
+  Fixture f;
+  LoopbackWrite t(f);
+  std::atomic<int> rang{-1};
+  LoopOptions o;
+  o.after_idle_pass = [&] {
+    if (rang.load() < 0) rang = t.post_write() ? 1 : 0;
+  };
+  LoopThread loop(f, o);
+  REQUIRE_MESSAGE(wait_for([&] { return t.completed(); }),
+                  "the loop slept on a posted WRITE without rescanning its rings");
+  CHECK(rang.load() == 0);  // no doorbell: only the rescan could find it
+  CHECK(std::memcmp(t.dst.data(), t.src.data(), 64) == 0);
+}
+
+// Posted while the loop sleeps, as an application that posts and then
+// blocks on its CQ: the doorbell must wake it.
+TEST_CASE("wakeup__a_doorbell_rung_while_the_nic_sleeps_wakes_it") {
+  Fixture f;
+  LoopbackWrite t(f);
+  LoopThread loop(f, LoopOptions{});
+  REQUIRE(wait_for([&] { return nic_sleeping(t.a.sq); }));
+  CHECK(t.post_write());  // the NIC announced sleep: the provider rings
+  REQUIRE_MESSAGE(wait_for([&] { return t.completed(); }),
+                  "a doorbell did not wake the sleeping loop");
+  CHECK(std::memcmp(t.dst.data(), t.src.data(), 64) == 0);
+}
+
+// Frames that arrive after the pass that found none, even when the control
+// plane is polled on every pass (Asio's epoll is edge-triggered: such a
+// poll takes the edge, so only arming the wait before the sleep, which
+// reports a readable descriptor at once, lets the frame wake the loop).
+TEST_CASE("wakeup__a_frame_that_arrives_between_the_last_pass_and_the_sleep_wakes_it") {
+  RingIo io_a, io_b;
+  io_a.peer = &io_b;
+  io_b.peer = &io_a;
+  io_a.wake_fd = eventfd(0, EFD_NONBLOCK);
+  AnyMac link;
+  WiredFixture fa(&io_a, &link, 0x0a000001), fb(&io_b, &link, 0x0a000002);
+  uint32_t pa = reply_as<mroce_alloc_pd_resp>(fa.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  uint32_t pb = reply_as<mroce_alloc_pd_resp>(fb.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  std::vector<uint8_t> src(128, 0x3c), dst(128, 0);
+  auto reg = [](Fixture& f, uint32_t pdn, std::vector<uint8_t>& b) {
+    mroce_reg_mr_req req{reinterpret_cast<uint64_t>(b.data()), b.size(), pdn, 1 | 2 | 4 | 8};
+    Device::Reply r = f.call(MROCE_OP_REG_MR, bytes_of(req));
+    REQUIRE(r.err == 0);
+    return reply_as<mroce_reg_mr_resp>(r);
+  };
+  auto mr_src = reg(fb, pb, src), mr_dst = reg(fa, pa, dst);
+  Cq ca = make_cq(fa), cb = make_cq(fb);
+  Qp a = make_qp(fa, pa, ca), b = make_qp(fb, pb, cb);
+  connect(fa, a, b.qpn, 0x0a000002);
+  connect(fb, b, a.qpn, 0x0a000001);
+  // B writes two 64-byte halves of A's buffer: two frames on B's wire.
+  for (uint32_t i = 0; i < 2; i++) {
+    auto* w = static_cast<mroce_send_wqe*>(b.sq.slot(i));
+    *w = {};
+    w->wr_id = i;
+    w->opcode = 0;  // RDMA_WRITE
+    w->num_sge = 1;
+    w->remote_addr = reinterpret_cast<uint64_t>(dst.data() + 64 * i);
+    w->rkey = mr_dst.rkey;
+    w->u.sg[0] = {reinterpret_cast<uint64_t>(src.data() + 64 * i), 64, mr_src.lkey};
+  }
+  b.sq.store_producer(2);
+  REQUIRE(fb.run_until([&] { return io_b.in_kernel() >= 2; }));
+  // One frame reaches A in the window after each pass of A's that found none.
+  LoopOptions o;
+  o.control_every = 1;
+  o.after_idle_pass = [&] { io_b.carry(1); };
+  {
+    LoopThread loop(fa, o);
+    REQUIRE_MESSAGE(wait_for([&] { return std::memcmp(dst.data(), src.data(), 128) == 0; }),
+                    "a frame that arrived before the sleep did not wake the loop");
+  }
+  close(io_a.wake_fd);
 }
 
 }  // namespace metaroce::daemon

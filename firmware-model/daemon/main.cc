@@ -183,6 +183,26 @@ class HostLink : public LinkInterface, public net::NetlinkMonitorVisitor {
   bool pending_ = false, pending_state_ = false;  // a refresh recorded under mu_
 };
 
+// --cpu: the whole daemon (the loop is its only busy thread) on one CPU.
+// With --spin on a machine without a core to spare, the spinning NIC takes
+// a core the applications need: said at start.
+bool pin_to_cpu(int cpu, bool spin, std::string* why) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0) {
+    *why = "--cpu " + std::to_string(cpu) + ": sched_setaffinity: " + std::strerror(errno) +
+           " (the CPU is not online or not in this process's cpuset)";
+    return false;
+  }
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (spin && cpus <= 2)
+    log_line(LogLevel::kWarn, "--spin on " + std::to_string(cpus) +
+                                  " CPUs: the spinning NIC takes CPU " + std::to_string(cpu) +
+                                  " from the applications (docs/daemon.md §Placement)");
+  return true;
+}
+
 std::string counters_text(const Device& device) {
   std::string out = "counters:";
   Device::Reply reply;
@@ -357,12 +377,21 @@ int run(const Options& o) {
                "): running at normal priority; expect millisecond latencies on busy cores");
     }
   }
+  if (o.cpu >= 0 && !pin_to_cpu(o.cpu, o.spin, &why)) {
+    log_line(LogLevel::kError, why);
+    return 1;
+  }
   LoopOptions lo;
   // Spinning pays off only with a CPU to spare: on 1-2 CPUs the NIC at
   // SCHED_FIFO would take the cores busy-polling applications need
   // (docs/daemon.md §The loop has the measurements).
   int spin_us = o.spin_us >= 0 ? o.spin_us : (sysconf(_SC_NPROCESSORS_ONLN) <= 2 ? 0 : 50);
   lo.spin_ns = static_cast<uint64_t>(spin_us) * 1000;
+  lo.busy_horizon_ns = uint64_t{o.busy_horizon_us} * 1000;
+  lo.dedicated = o.spin;
+  if (o.spin)
+    log_line(LogLevel::kInfo, std::string("dedicated-core mode (--spin): the loop never sleeps") +
+                                  (o.cpu >= 0 ? ", on CPU " + std::to_string(o.cpu) : ", unpinned"));
   DaemonLoop loop(io, device, doorbell, link.monitor().fd(),
                   [&link] { link.process(); }, lo);
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);

@@ -29,6 +29,13 @@ const char* usage() {
          "  --spin-us N             poll this long when idle before sleeping (default: 0 on\n"
          "                          machines with 1-2 CPUs, where spinning takes the CPU the\n"
          "                          applications need, else 50)\n"
+         "  --busy-horizon-us N     stay awake while an ACK, retransmission or pacing deadline\n"
+         "                          is this close, 0..100000 (default 2000)\n"
+         "  --spin                  dedicated-core mode: the loop never sleeps, applications\n"
+         "                          never ring a doorbell; for a machine with a core to spare\n"
+         "                          (combine with --cpu)\n"
+         "  --cpu N                 pin the daemon to CPU N; on few cores put the applications\n"
+         "                          it serves next to it (taskset), docs/daemon.md §Placement\n"
          "  --cc NAME               congestion control algorithm (default: default)\n"
          "  --base-rtt-us N         base RTT floor for congestion control, 1..100000 (default 200:\n"
          "                          a soft NIC's host delay; the CC raises it to the measured minimum)\n"
@@ -168,6 +175,13 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
     } else if (a == "--spin-us") {
       if (!number(0, 1'000'000, &n)) return false;
       o->spin_us = static_cast<int>(n);
+    } else if (a == "--spin") {
+      o->spin = true;
+    } else if (a == "--cpu") {
+      if (!number(0, 4095, &n)) return false;
+      o->cpu = static_cast<int>(n);
+    } else if (a == "--busy-horizon-us") {
+      if (!number(0, 100'000, &o->busy_horizon_us)) return false;
     } else if (a == "--base-rtt-us") {
       if (!number(1, 100'000, &o->base_rtt_us)) return false;
     } else if (a == "--link-gbps") {

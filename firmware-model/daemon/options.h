@@ -21,6 +21,10 @@ struct Options {
   int uverbs_index = -1;              // --uverbs N (default: N of metaroceN)
   uint32_t paths = 4;                 // --paths N (path entropies per QP)
   int spin_us = -1;                   // --spin-us N (poll this long before sleeping; -1: auto)
+  // wake: placement and wake-up (docs/daemon.md §The loop).
+  bool spin = false;                  // --spin: dedicated core, the loop never sleeps
+  int cpu = -1;                       // --cpu N: pin the daemon to CPU N (-1: anywhere)
+  uint32_t busy_horizon_us = 2000;    // --busy-horizon-us N: awake while a deadline is this close
   std::string cc = "default";         // --cc NAME
   uint32_t base_rtt_us = 200;         // --base-rtt-us N (congestion control's base RTT floor)
   uint32_t link_gbps = 25;            // --link-gbps N (line rate the CC assumes)

@@ -205,6 +205,7 @@ class Bench:
         self.results = {"references": {}, "perftest": [], "impairments": [], "events": []}
         self.bin = {}
         self.netem_ok = None
+        self.variant = {}  # wake: the --variant being run (label, args, bin, pin)
 
     # ---------------------------------------------------------------- setup
     def event(self, msg):
@@ -240,7 +241,9 @@ class Bench:
 
     def env(self):
         e = dict(os.environ)
-        e.update(MROCE_PREFIX=self.prefix, METAROCED=self.bin["metaroced"], E2E_RUN_DIR=os.path.join(self.out, "run"),
+        if self.variant.get("args") is not None:  # wake: a --variant's daemon arguments
+            e["MROCE_DAEMON_ARGS"] = self.variant["args"]
+        e.update(MROCE_PREFIX=self.prefix, METAROCED=self.variant.get("bin") or self.bin["metaroced"], E2E_RUN_DIR=os.path.join(self.out, "run"),
                  METAROCE_PROVIDER=self.bin["provider"], METAROCE_PRELOAD=self.bin["preload"],
                  MROCE_IMPAIR=self.bin["mroce_impair"])
         return e
@@ -280,9 +283,20 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
         if io is None:
             self.stop_daemons()
         else:
+            self.pin_daemons()
             self.net["GID_A"] = self.gid_index("A")
             self.net["GID_B"] = self.gid_index("B")
         return self.net
+
+    def pin_daemons(self):
+        """wake: the --variant's placement of the two daemons (every thread), by pid."""
+        for side in ("A", "B"):
+            cpu = self.variant.get("pin", {}).get("daemon_" + side)
+            if cpu is not None:
+                rc, out, _ = self.procs.run("taskset-" + side, ["taskset", "-a", "-p", "-c", cpu,
+                                                               str(self.net["PID_" + side])], 10)
+                if rc != 0:
+                    raise RuntimeError("taskset of daemon %s failed: %s" % (side, tail(out)))
 
     def stop_daemons(self):
         for k in ("PID_A", "PID_B"):
@@ -310,6 +324,9 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
         return ["ip", "netns", "exec", self.net["NS_" + side]] + cmd
 
     def verbs(self, side, cmd):
+        cpu = self.variant.get("pin", {}).get("app_" + side)
+        if cpu is not None:  # wake: the --variant's placement of this side's application
+            return ["taskset", "-c", cpu, LAUNCHER, "--sysfs-root", self.net["SYSFS_" + side]] + self.in_ns(side, cmd)
         return [LAUNCHER, "--sysfs-root", self.net["SYSFS_" + side]] + self.in_ns(side, cmd)
 
     def gid_index(self, side):
@@ -435,6 +452,8 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
         steps = [("tcp", self.ref_tcp), ("af_packet", lambda: self.ref_frames("packet")),
                  ("af_xdp", lambda: self.ref_frames("xdp")), ("udp", self.ref_udp)]
         for key, fn in steps:
+            if not self.want("frames" if key.startswith("af_") else key):
+                continue
             r = self.guard(key, fn)
             self.results["references"][key] = r
             log("  %-10s %s" % (key, summary(r)))
@@ -544,7 +563,7 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
                           alive(self.net["PID_A"]), alive(self.net["PID_B"])))
             self.save_daemon_logs(io, "after-failure")
             try:
-                self.net_up(io, hop=bool(self.net and self.net.get("hop")))
+                self.net_up(io.split("/")[0], hop=bool(self.net and self.net.get("hop")))
             except Exception as e:  # noqa: BLE001
                 self.event("rebuild failed: %s" % e)
         return r
@@ -552,7 +571,8 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
     def save_daemon_logs(self, io, tag):
         for side in ("a", "b"):
             src = "/run/metaroce/%s-%s/daemon.log" % (self.prefix, side)
-            dst = os.path.join(self.out, "logs", "daemon-%s-%s-%s-%d.log" % (io, side, tag, int(time.time())))
+            dst = os.path.join(self.out, "logs", "daemon-%s-%s-%s-%d.log" % (io.replace("/", "+"), side, tag,
+                                                                               int(time.time())))
             try:
                 with open(src, errors="replace") as f, open(dst, "w") as g:
                     g.write(f.read()[-200000:])
@@ -560,37 +580,54 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
                 pass
 
     def sizes(self):
+        if self.a.sizes:
+            return self.a.sizes
         if self.a.quick:
             return [64, 4 * KIB, 64 * KIB, MIB]
         return [64, 256, KIB, 4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB]
 
-    def backend(self, io):
-        log("\n== MetaRoCE, daemons --io %s" % io)
+    def want(self, row):
+        """wake: --rows selects rows; none given runs them all."""
+        return not self.a.rows or row in self.a.rows
+
+    def backend(self, io, variant=None):
+        """One backend's rows; under a --variant the rows are named io/LABEL."""
+        self.variant = variant or {}
+        name = "%s/%s" % (io, variant["label"]) if variant else io
+        log("\n== MetaRoCE, daemons --io %s%s" % (io, " (%s)" % describe_variant(variant) if variant else ""))
+        self.backend_rows(io, name)
+        self.variant = {}
+
+    def backend_rows(self, io, name):
         try:
             net = self.net_up(io)
         except Exception as e:  # noqa: BLE001
             self.event("--io %s: %s" % (io, e))
-            self.results["perftest"].append({"backend": io, "tool": "(all)", "size": 0, "condition": "lossless",
+            self.results["perftest"].append({"backend": name, "tool": "(all)", "size": 0, "condition": "lossless",
                                              "status": "failed", "reason": str(e)[:600]})
             self.net_down()
             return
-        self.results.setdefault("backends", {})[io] = net.get("io_line", "")
+        self.results.setdefault("backends", {})[name] = net.get("io_line", "")
         log("  " + net.get("io_line", ""))
         pt = self.results["perftest"]
         if self.a.only_impairments:
-            self.impairments(io)
+            self.impairments(io, name)
             self.save_daemon_logs(io, "end")
             self.net_down()
             return
-        for s in self.sizes():
-            pt.append(self.run_pt(io, "ib_write_bw", s, self.bw_iters(s)))
+        for s in self.sizes() if self.want("write_bw") else ():
+            pt.append(self.run_pt(name, "ib_write_bw", s, self.bw_iters(s)))
         for tool in ("ib_read_bw", "ib_send_bw"):
-            pt.append(self.run_pt(io, tool, 64 * KIB, self.bw_iters(64 * KIB)))
+            if self.want(tool[3:]):
+                pt.append(self.run_pt(name, tool, 64 * KIB, self.bw_iters(64 * KIB)))
         lat_iters = 2000 if self.a.quick else 5000
         for tool in ("ib_write_lat", "ib_send_lat"):
-            pt.append(self.run_pt(io, tool, 8, lat_iters))
-        self.guard("connection setup", lambda: cm_bench.rows(self, io))  # cmasan: cmtime vs TCP
-        self.impairments(io)
+            if self.want(tool[3:]):
+                pt.append(self.run_pt(name, tool, 8, lat_iters))
+        if self.want("cm"):
+            self.guard("connection setup", lambda: cm_bench.rows(self, io))  # cmasan: cmtime vs TCP
+        if self.want("impair"):
+            self.impairments(io, name)
         self.save_daemon_logs(io, "end")
         self.net_down()
 
@@ -660,7 +697,8 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
                 dropped += int(m.group(3))
         return seen, dropped, None
 
-    def impairments(self, io):
+    def impairments(self, io, name=None):
+        name = name or io
         tools = ["ib_write_bw", "ib_read_bw"]  # both: the loss goals name write and read
         method = "netem" if self.has_netem() else "hop"
         size = 64 * KIB
@@ -671,7 +709,7 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
                 self.event("--io %s through the hop: %s" % (io, e))
                 for label, _, _ in IMPAIRMENTS:
                     for tool in tools:
-                        self.results["impairments"].append({"backend": io, "tool": tool, "size": size,
+                        self.results["impairments"].append({"backend": name, "tool": tool, "size": size,
                                                             "condition": label, "status": "failed",
                                                             "reason": "network through the hop: %s" % str(e)[:300]})
                 return
@@ -679,7 +717,7 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
         # the hop, impairing nothing, when the rows use it): the retained ratio's
         # baseline (docs/benchmark.md).
         for tool in tools:
-            r = self.run_pt(io, tool, size, self.bw_iters(size, impaired=True), condition="lossless (repeat)")
+            r = self.run_pt(name, tool, size, self.bw_iters(size, impaired=True), condition="lossless (repeat)")
             r["via"] = method
             self.results["impairments"].append(r)
         rows = [(l, n, h) for l, n, h in IMPAIRMENTS if not (self.a.quick and "control" in l)]
@@ -690,7 +728,7 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
             how = ("netem " + spec + " (both veth ends)") if method == "netem" else \
                 ("mroce-impair hop, both directions: " + spec)
             for tool in tools:
-                self.results["impairments"].append(self.impaired_run(io, tool, size, label, method, spec, how))
+                self.results["impairments"].append(self.impaired_run(name, tool, size, label, method, spec, how))
         if method == "hop" and self.net:
             self.guard("hop-clear", lambda: self.impair("hop", None))
 
@@ -749,7 +787,9 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
                 "date": datetime.datetime.now().isoformat(timespec="seconds")}
 
     def settings(self):
-        return {"quick": self.a.quick, "mtu": self.a.mtu, "backends": self.a.backends, "prefix": self.prefix,
+        names = ["%s/%s" % (b, v["label"]) for b in self.a.backends for v in self.a.variants] or self.a.backends
+        return {"quick": self.a.quick, "mtu": self.a.mtu, "backends": names, "rows": self.a.rows,
+                "variants": [dict(v, text=describe_variant(v)) for v in self.a.variants], "prefix": self.prefix,
                 "sizes": self.sizes(), "bw_iters": {s: self.bw_iters(s) for s in self.sizes()},
                 "impaired_iters_64k": self.bw_iters(64 * KIB, True), "lat_iters": 2000 if self.a.quick else 5000,
                 "lat_size": 8, "timeout_s": self.a.timeout,
@@ -776,8 +816,9 @@ grep -h "packet I/O" "$MROCE_RUN_A/daemon.log" | sed 's/^/IOLINE /'
         if not self.a.only_impairments:
             self.references()
         for io in self.a.backends:
-            self.backend(io)
-        if not self.a.only_impairments:  # UCX and Open MPI rows (issue 11): tools/benchlib/lib_bench.py
+            for v in self.a.variants or [None]:
+                self.backend(io, v)
+        if not self.a.only_impairments and self.want("lib"):  # UCX and Open MPI rows (issue 11): tools/benchlib/lib_bench.py
             import lib_bench
             lib_bench.run(self, self.a.backends[0])
         self.results["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
@@ -826,6 +867,29 @@ def summary(r):
     return "ok"
 
 
+def parse_variant(spec):
+    """wake: 'LABEL[@METAROCED];DAEMON ARGS[;PIN]', PIN = CPUs of daemon A, daemon B, app A,
+    app B ('-' leaves one unpinned), e.g. 'pair;--spin-us 0;0,1,0,1'."""
+    parts = spec.split(";")
+    if len(parts) not in (2, 3) or not parts[0]:
+        raise ValueError("--variant takes 'LABEL[@BIN];DAEMON ARGS[;dA,dB,aA,aB]': %r" % spec)
+    label, _, binary = parts[0].partition("@")
+    v = {"label": label, "args": parts[1], "bin": binary or None, "pin": {}}
+    if len(parts) == 3 and parts[2]:
+        cpus = parts[2].split(",")
+        if len(cpus) != 4:
+            raise ValueError("--variant placement takes 4 CPUs (daemon A, daemon B, app A, app B): %r" % parts[2])
+        for k, c in zip(("daemon_A", "daemon_B", "app_A", "app_B"), cpus):
+            if c != "-":
+                v["pin"][k] = c
+    return v
+
+
+def describe_variant(v):
+    pin = " ".join("%s@cpu%s" % (k, c) for k, c in sorted(v["pin"].items()))
+    return "daemon args %r%s%s" % (v["args"], " binary " + v["bin"] if v["bin"] else "", ", " + pin if pin else "")
+
+
 def main():
     ap = argparse.ArgumentParser(prog="tools/bench", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes and iterations (~2-3 min)")
@@ -839,7 +903,21 @@ def main():
                     help="skip references and the lossless sweep: only the impairment rows")
     ap.add_argument("--impairment", action="append", dest="only_impair", default=[],
                     help="run only this impairment row (its label, e.g. 'loss 1%% + delay 1ms'); repeatable")
+    ap.add_argument("--rows", default="",
+                    help="wake: comma list of rows to run (default all): tcp, frames, udp, write_bw, read_bw, "
+                         "send_bw, write_lat, send_lat, cm, impair, lib")
+    ap.add_argument("--sizes", default="", help="comma list of ib_write_bw sizes in bytes (default the sweep)")
+    ap.add_argument("--variant", action="append", default=[], dest="variant_specs",
+                    help="wake: run every backend's rows once per variant, named BACKEND/LABEL, in this run: "
+                         "'LABEL[@METAROCED];DAEMON ARGS[;dA,dB,aA,aB]' (daemon arguments, another binary, "
+                         "CPUs of the daemons and the perftest processes); repeatable")
     a = ap.parse_args()
+    a.rows = [r for r in a.rows.split(",") if r]
+    a.sizes = [int(x) for x in a.sizes.split(",") if x]
+    try:
+        a.variants = [parse_variant(v) for v in a.variant_specs]
+    except ValueError as e:
+        ap.error(str(e))
     a.backends = [b for b in a.backends.split(",") if b]
     for b in a.backends:
         if b not in ("packet", "xdp", "auto"):

@@ -66,7 +66,9 @@ def backends(results):
 
 
 def io_label(b):
-    return {"packet": "AF_PACKET", "xdp": "AF_XDP", "auto": "auto"}.get(b, b)
+    io, _, variant = b.partition("/")  # wake: BACKEND/LABEL under tools/bench --variant
+    io = {"packet": "AF_PACKET", "xdp": "AF_XDP", "auto": "auto"}.get(io, io)
+    return io + (" " + variant if variant else "")
 
 
 def ref_row(name, r, fig):
@@ -80,7 +82,7 @@ def goal_rows(results):
     rows = []
     for b in backends(results):
         io = io_label(b)
-        raw = refs.get("af_xdp" if b == "xdp" else "af_packet") or {}
+        raw = refs.get("af_xdp" if b.split("/")[0] == "xdp" else "af_packet") or {}
         w = find(results, b, "ib_write_bw", 64 * KIB)
         v = ratio(w["gbps"], tcp.get("gbps")) if ok(w) and ok(tcp) else None
         rows.append(("64 KiB ib_write_bw / one TCP stream", io, w and ok(w) and "%.2f Gbit/s" % w["gbps"], v,
@@ -175,7 +177,7 @@ def tables(results):
         cells = []
         for b in bk:
             r = find(results, b, tool, sz)
-            raw = refs.get("af_xdp" if b == "xdp" else "af_packet")
+            raw = refs.get("af_xdp" if b.split("/")[0] == "xdp" else "af_packet")
             if ok(r):
                 cells += [f2(r["gbps"]), f2(ratio(r["gbps"], tcp_g)),
                           f2(ratio(r["gbps"], raw.get("gbps") if ok(raw) else None))]
