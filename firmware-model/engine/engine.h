@@ -135,6 +135,8 @@ struct Counters {
   uint64_t rkey_refused_wrong_qp = 0;    // ...type 2 window bound to another QP
   uint64_t rkey_refused_out_of_bounds = 0;  // ...range outside the MR or window
   uint64_t rkey_refused_no_access = 0;   // ...right missing (MR, window or QP access flags)
+  // mw2: type 2 windows unbound because their QP was destroyed
+  uint64_t mw_invalidated_qp_destroyed = 0;
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).

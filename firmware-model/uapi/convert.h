@@ -136,7 +136,9 @@ struct NamedCounter {
   X(rkey_refused_wrong_pd)       \
   X(rkey_refused_wrong_qp)       \
   X(rkey_refused_out_of_bounds)  \
-  X(rkey_refused_no_access)
+  X(rkey_refused_no_access)      \
+  /* mw2: */                     \
+  X(mw_invalidated_qp_destroyed)
 
 #define MROCE_X(name) +1
 inline constexpr size_t kEngineCounters = 0 MROCE_ENGINE_COUNTERS(MROCE_X);
