@@ -71,7 +71,8 @@ void mroce_wqe_local_inv(struct mroce_send_wqe *w, uint32_t rkey) {
 // rdma-core's providers do; mw->rkey takes it once posted. The completion
 // (IBV_WC_BIND_MW, or IBV_WC_MW_BIND_ERR) comes on the send CQ.
 int mroce_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind) {
-  if (mw->type != IBV_MW_TYPE_1 || ibqp->qp_type != IBV_QPT_RC) return EINVAL;
+  if (mw->type != IBV_MW_TYPE_1) return EINVAL;
+  if (ibqp->qp_type != IBV_QPT_RC && ibqp->qp_type != IBV_QPT_UC) return EINVAL;  // as post_send
   struct mroce_send_wqe w;
   memset(&w, 0, offsetof(struct mroce_send_wqe, u));
   w.wr_id = mw_bind->wr_id;

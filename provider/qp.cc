@@ -323,13 +323,16 @@ int mroce_wqe_check_opcode(const struct mroce_qp *qp, uint8_t op) {
   switch (qp->vqp.qp.qp_type) {
     case IBV_QPT_UD:  // datagrams: SEND, with or without immediate
       return is_send(op) ? 0 : EINVAL;
-    case IBV_QPT_UC:  // SEND and WRITE, with or without immediate
-      return (is_send(op) || op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM) ? 0
-                                                                                       : EINVAL;
+    case IBV_QPT_UC:  // SEND and WRITE, with or without immediate; type 2 window binds and
+                      // LOCAL_INV (IB: RC and UC; no SEND_WITH_INV on UC, docs/protocol.md §15)
+      return (is_send(op) || op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM ||
+              op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV)
+                 ? 0
+                 : EINVAL;
     default:
       return (is_send(op) || is_atomic(op) || op == IBV_WR_RDMA_WRITE ||
               op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ ||
-              op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV ||  // memory windows: RC only
+              op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV ||  // memory windows
               op == IBV_WR_SEND_WITH_INV)
                  ? 0
                  : EINVAL;

@@ -119,6 +119,7 @@ void ControlPlane::close_client(fw::OwnerId id) {
   u.qps -= static_cast<uint32_t>(c.qps.size());
   u.cqs -= static_cast<uint32_t>(c.cqs.size());
   u.srqs -= static_cast<uint32_t>(c.srqs.size());
+  u.mws -= static_cast<uint32_t>(c.mws.size());
   u.mrs -= static_cast<uint32_t>(c.mrs.size());
   u.pds -= static_cast<uint32_t>(c.pds.size());
   u.ring_bytes -= c.ring_bytes;

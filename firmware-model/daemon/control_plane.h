@@ -40,6 +40,7 @@ struct ClientLimits {
 struct UserLimits {
   uint32_t max_pd = 2048, max_mr = 32768, max_cq = 2048, max_qp = 2048;
   uint32_t max_srq = 2048;
+  uint32_t max_mw = 32768;  // mw2: memory windows (each is engine table memory)
   uint32_t max_connections = 256;
   uint64_t max_ring_bytes = uint64_t{1} << 30;  // CQ and QP ring memory
 };
@@ -114,7 +115,7 @@ class ControlPlane {
  private:
   // What one uid holds over all its connections (checked against UserLimits).
   struct UserUsage {
-    uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, srqs = 0, connections = 0;
+    uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, srqs = 0, mws = 0, connections = 0;
     uint64_t ring_bytes = 0;
   };
 

@@ -1,5 +1,6 @@
 // The control plane's memory-window operations (docs/device-abi.md §2.8):
-// ALLOC_MW / DEALLOC_MW through the transport backend, bounded per client.
+// ALLOC_MW / DEALLOC_MW through the transport backend, bounded per client
+// (--max-mw-per-client) and per user (--uid-max-mw), refusals counted.
 // Binding and invalidation are work requests (queue pump -> engine).
 #include <cerrno>
 #include <string>
@@ -17,11 +18,9 @@ int ControlPlane::op_alloc_mw(Client& c, const Request& r, Reply* out) {
     out->reason = "memory window type " + std::to_string(req.type) + " (IBV_MW_TYPE_1 or _2)";
     return EINVAL;
   }
-  if (c.mws.size() >= config_.limits.max_mw) {
-    counters_.limit_refused_client++;
-    out->reason = "per-client MW limit reached (" + std::to_string(config_.limits.max_mw) + ")";
-    return ENOMEM;
-  }
+  if (int err = check_limits(c, "MW", c.mws.size(), config_.limits.max_mw, &UserUsage::mws,
+                             &UserLimits::max_mw, out))
+    return err;
   if (!c.pds.count(req.pdn)) return not_ours(ENOENT, "PD", req.pdn, out);
   mroce_alloc_mw_resp resp{};
   fw::MwType type = req.type == 2 ? fw::MwType::kType2 : fw::MwType::kType1;
@@ -32,6 +31,7 @@ int ControlPlane::op_alloc_mw(Client& c, const Request& r, Reply* out) {
     return not_ours(err, "PD", req.pdn, out);
   }
   c.mws.insert(resp.handle);
+  usage(c).mws++;
   encode(resp, &out->body);
   return 0;
 }
@@ -40,7 +40,10 @@ int ControlPlane::op_dealloc_mw(Client& c, const Request& r, Reply* out) {
   MROCE_DECODE(mroce_handle_req, req);
   if (!c.mws.count(req.handle)) return not_ours(ENOENT, "MW", req.handle, out);
   int err = not_ours(backend_.dealloc_mw(c.id, req.handle), "MW", req.handle, out);
-  if (!err) c.mws.erase(req.handle);
+  if (!err) {
+    c.mws.erase(req.handle);
+    usage(c).mws--;
+  }
   return err;
 }
 

@@ -45,7 +45,9 @@ int ControlPlane::op_query_device_ex(Client& c, const Request& r, Reply* out) {
   x.ctx_max_ah = l.max_ah;
   x.ctx_max_srq = l.max_srq;
   // mw: does the backend have memory windows? (handle 0 is never one: no side effect)
-  if (backend_.dealloc_mw(0, 0) != EOPNOTSUPP) x.max_mw = std::min(caps.max_mw, l.max_mw);
+  // mw2: no more than one context can have (the device, per-client and per-user bounds).
+  if (backend_.dealloc_mw(0, 0) != EOPNOTSUPP)
+    x.max_mw = std::min({caps.max_mw, l.max_mw, config_.user_limits.max_mw});
   encode(x, &out->body);
   return 0;
 }

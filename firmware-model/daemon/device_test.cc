@@ -1186,6 +1186,50 @@ TEST_CASE("mw__alloc_refusals_say_why") {
   CHECK(f.call(MROCE_OP_ALLOC_MW, bytes_of(req)).err == 0);  // room again
 }
 
+// mw2: memory windows are bounded per user over all its connections too
+// (one client with many connections cannot take the device's windows);
+// QUERY_DEVICE_EX reports the smallest bound; closing returns the share.
+TEST_CASE("mw__per_user_limit_spans_connections") {
+  DeviceConfig cfg = Fixture::config();
+  cfg.limits.max_mw = 4;
+  cfg.user_limits.max_mw = 3;
+  Fixture f(cfg);
+  CHECK(reply_as<mroce_device_attr_ex>(f.call(MROCE_OP_QUERY_DEVICE_EX, {})).max_mw == 3);
+  Device::Client* second = f.open(getuid());
+  auto alloc_on = [&](Device::Client* c) {
+    uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call_as(*c, MROCE_OP_ALLOC_PD, {})).pdn;
+    mroce_alloc_mw_req req{pdn, 2};
+    return [&f, c, req] { return f.call_as(*c, MROCE_OP_ALLOC_MW, bytes_of(req)); };
+  };
+  auto first = alloc_on(f.client), other = alloc_on(second);
+  CHECK(first().err == 0);
+  CHECK(first().err == 0);
+  Device::Reply last = other();
+  CHECK(last.err == 0);
+  uint32_t refused_before = static_cast<uint32_t>(f.device.counters().limit_refused_user);
+  Device::Reply r = other();  // the 4th of this uid, the 2nd of its connection
+  CHECK(r.err == ENOMEM);
+  CHECK(r.reason == "per-user MW limit 3 reached for uid " + std::to_string(getuid()) +
+                        "; raise --uid-max-mw");
+  CHECK(f.device.counters().limit_refused_user == refused_before + 1);
+  mroce_handle_req h{reply_as<mroce_alloc_mw_resp>(last).handle, 0};
+  CHECK(f.call_as(*second, MROCE_OP_DEALLOC_MW, bytes_of(h)).err == 0);
+  CHECK(other().err == 0);  // freeing returned its share
+  f.device.close_client(f.client->id);  // so does closing (its 2 windows)
+  CHECK(other().err == 0);
+  CHECK(other().err == 0);
+  CHECK(other().err == ENOMEM);
+  f.client = f.open(getuid());
+  Options o;
+  std::string err;
+  bool help = false;
+  REQUIRE(parse_options({"--netdev", "eth0", "--max-mw-per-client", "2", "--uid-max-mw", "5"}, &o,
+                        &err, &help));
+  CHECK(o.max_mw_per_client == 2);
+  CHECK(o.uid_max_mw == 5);
+  CHECK_FALSE(parse_options({"--netdev", "eth0", "--uid-max-mw", "0"}, &o, &err, &help));
+}
+
 }  // namespace metaroce::daemon
 
 // ---- transmit backpressure: a full TX ring holds packets in the engine ----

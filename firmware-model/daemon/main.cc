@@ -299,6 +299,8 @@ int run(const Options& o) {
   cfg.user_limits.max_cq = o.uid_max_cq;
   cfg.user_limits.max_pd = o.uid_max_pd;
   cfg.user_limits.max_mr = o.uid_max_mr;
+  cfg.limits.max_mw = o.max_mw_per_client;  // mw2
+  cfg.user_limits.max_mw = o.uid_max_mw;
   cfg.user_limits.max_connections = o.uid_max_connections;
   cfg.user_limits.max_ring_bytes = uint64_t{o.uid_max_ring_mb} << 20;
   cfg.cm_limits.max_ids_per_client = o.max_cm_ids_per_client;

@@ -46,6 +46,8 @@ const char* usage() {
          "  --uid-max-srq N         per-user SRQ limit (default 2048)\n"
          "  --uid-max-pd N          per-user PD limit (default 2048)\n"
          "  --uid-max-mr N          per-user MR limit (default 32768)\n"
+         "  --max-mw-per-client N   per-connection memory-window limit (default 16384)\n"
+         "  --uid-max-mw N          per-user memory-window limit (default 32768)\n"
          "  --uid-max-connections N per-user limit of open control connections (default 256)\n"
          "  --uid-max-ring-mb N     per-user CQ+QP ring memory in MiB (default 1024)\n"
          "  --max-cm-ids-per-client N  rdma_cm IDs per channel (default 1024)\n"
@@ -200,6 +202,10 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
       if (!number(1, 65536, &o->uid_max_pd)) return false;
     } else if (a == "--uid-max-mr") {
       if (!number(1, 1u << 20, &o->uid_max_mr)) return false;
+    } else if (a == "--max-mw-per-client") {  // mw2
+      if (!number(1, 65536, &o->max_mw_per_client)) return false;
+    } else if (a == "--uid-max-mw") {  // mw2
+      if (!number(1, 1u << 20, &o->uid_max_mw)) return false;
     } else if (a == "--uid-max-connections") {
       if (!number(1, 65536, &o->uid_max_connections)) return false;
     } else if (a == "--max-cm-ids-per-client") {

@@ -32,6 +32,7 @@ struct Options {
   // Per-user (uid) limits over all of a user's connections (--uid-max-*).
   uint32_t uid_max_pd = 2048, uid_max_mr = 32768, uid_max_cq = 2048, uid_max_qp = 2048;
   uint32_t uid_max_srq = 2048;  // --uid-max-srq N
+  uint32_t max_mw_per_client = 16384, uid_max_mw = 32768;  // mw2: --max-mw-per-client, --uid-max-mw
   uint32_t uid_max_connections = 256;
   uint32_t uid_max_ring_mb = 1024;    // CQ and QP ring memory, MiB
   uint32_t max_cm_ids_per_client = 1024;  // --max-cm-ids-per-client N (rdma_cm IDs)

@@ -494,6 +494,10 @@ struct Engine::Impl {
 
   void destroy(Qp& qp) {
     if (qp.srq) --qp.srq->qps;
+    // IB: a type 2 window is associated with its QP; with the QP gone it
+    // grants nothing (docs/engine.md §Memory windows).
+    if (uint32_t n = core.mws().invalidate_qp(qp.qpn, core.mrs()))
+      core.bump(&qp, &Counters::mw_invalidated_qp_destroyed, n);
     if (Pd* pd = pds.get(qp.init.pdn)) --pd->refs;
     if (Cq* cq = cqs.get(qp.init.send_cqn)) --cq->refs;
     if (Cq* cq = cqs.get(qp.init.recv_cqn)) --cq->refs;
@@ -964,11 +968,12 @@ int Engine::post_send(OwnerId owner, uint32_t qpn, const SendWr& wr) {
     return EINVAL;
   if (static_cast<unsigned>(wr.opcode) > static_cast<unsigned>(WrOpcode::kSendWithInv))
     return EINVAL;
-  // Memory windows (docs/engine.md §Memory windows): RC only; binds and
-  // invalidations carry no data.
+  // Memory windows (docs/engine.md §Memory windows): binds and local
+  // invalidations on RC and UC; SEND_WITH_INV on RC only (UC has no such
+  // opcode, docs/protocol.md §15); binds and invalidations carry no data.
   bool mw_op = wr.opcode == WrOpcode::kBindMw || wr.opcode == WrOpcode::kLocalInv;
-  if ((mw_op || wr.opcode == WrOpcode::kSendWithInv) && qp->init.type != QpType::kRc)
-    return EINVAL;
+  if (mw_op && qp->init.type != QpType::kRc && qp->init.type != QpType::kUc) return EINVAL;
+  if (wr.opcode == WrOpcode::kSendWithInv && qp->init.type != QpType::kRc) return EINVAL;
   if (mw_op && (wr.num_sge || (wr.send_flags & kSendInline))) return EINVAL;
   if (qp->init.type == QpType::kUd && datagram::check_post(wr)) return EINVAL;
   bool inl = wr.send_flags & kSendInline;

@@ -141,6 +141,8 @@ struct Counters {
   uint64_t read_repairs_trimmed = 0;  // READ repair cut (or dropped) to what no queued job sends
   uint64_t read_tail_probes = 0;      // READ data asked again after the responses stopped
   uint64_t read_holes_by_order = 0;   // READ hole check armed by a later READ's response
+  // mw2: type 2 windows unbound because their QP was destroyed
+  uint64_t mw_invalidated_qp_destroyed = 0;
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).

@@ -63,6 +63,10 @@ int MwTable::alloc(OwnerId owner, uint32_t pdn, MwType type, RandomInterface& ra
 void MwTable::unbind(Mw& w, MrTable& mrs) {
   if (!w.bound) return;
   if (Mr* m = mrs.find(w.mr_key); m && m->windows) --m->windows;
+  if (w.type == MwType::kType2) {
+    auto it = bound_to_qp_.find(w.qpn);
+    if (it != bound_to_qp_.end() && --it->second == 0) bound_to_qp_.erase(it);
+  }
   w.bound = false;
   w.mr_key = 0;
   w.addr = w.length = 0;
@@ -115,6 +119,7 @@ MwCheck MwTable::bind(const BindRequest& req, MrTable& mrs) {
   w->length = req.bind.length;
   w->access = req.bind.access;
   w->qpn = w->type == MwType::kType2 ? req.qpn : 0;
+  if (w->type == MwType::kType2) ++bound_to_qp_[w->qpn];
   return MwCheck::kOk;
 }
 
@@ -140,6 +145,18 @@ void MwTable::invalidate(uint32_t rkey, MrTable& mrs) {
   if (it == by_prefix_.end()) return;
   Mw* w = table_.get(it->second);
   if (w && w->bound && w->rkey == rkey) unbind(*w, mrs);
+}
+
+uint32_t MwTable::invalidate_qp(uint32_t qpn, MrTable& mrs) {
+  auto it = bound_to_qp_.find(qpn);
+  if (it == bound_to_qp_.end()) return 0;  // the common case: no scan
+  uint32_t n = 0;
+  for (uint32_t h = 1; h < table_.end() && bound_to_qp_.count(qpn); ++h)
+    if (Mw* w = table_.get(h); w && w->bound && w->type == MwType::kType2 && w->qpn == qpn) {
+      unbind(*w, mrs);
+      ++n;
+    }
+  return n;
 }
 
 KeyCheck MwTable::check_remote(OwnerId owner, uint32_t pdn, uint32_t qpn, uint32_t rkey,

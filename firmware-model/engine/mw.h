@@ -76,6 +76,10 @@ class MwTable {
                            bool remote) const;
   // Unbinds the window whose rkey this is, if it is still bound with it.
   void invalidate(uint32_t rkey, MrTable& mrs);
+  // The QP qpn is destroyed: every type 2 window bound to it is unbound
+  // (its rkey names nothing; a later QP with the same number gets no
+  // access through it). Returns how many.
+  uint32_t invalidate_qp(uint32_t qpn, MrTable& mrs);
   // Remote access through a window's rkey (MrTable::check_remote's second half).
   KeyCheck check_remote(OwnerId owner, uint32_t pdn, uint32_t qpn, uint32_t rkey, uint64_t addr,
                         uint64_t len, uint32_t need) const;
@@ -90,6 +94,7 @@ class MwTable {
   MwCheck check_bind_mr(const BindRequest& req, const Mr* mr) const;
   Table<Mw> table_;
   std::unordered_map<uint32_t, uint32_t> by_prefix_;  // rkey >> 8 -> handle
+  std::unordered_map<uint32_t, uint32_t> bound_to_qp_;  // qpn -> type 2 windows bound to it
 };
 
 }  // namespace metaroce::fw

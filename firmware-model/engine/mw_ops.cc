@@ -45,16 +45,23 @@ MwCheck local_invalidate(Core& c, Qp& qp, uint32_t rkey) {
 
 bool is_local(WrOpcode op) { return op == WrOpcode::kBindMw || op == WrOpcode::kLocalInv; }
 
-requester::State run_local(Core& c, Qp& qp) {
-  SendWqe& w = qp.sqe(qp.sq_next);
-  const bool is_bind = w.wr.opcode == WrOpcode::kBindMw;
-  MwCheck k = is_bind ? bind(c, qp, w.wr) : local_invalidate(c, qp, w.wr.imm);
+WcStatus apply_local(Core& c, Qp& qp, const SendWr& wr) {
+  const bool is_bind = wr.opcode == WrOpcode::kBindMw;
+  MwCheck k = is_bind ? bind(c, qp, wr) : local_invalidate(c, qp, wr.imm);
   if (k == MwCheck::kOk) {
     c.bump(&qp, is_bind ? &Counters::mw_binds : &Counters::mw_local_invalidations);
-  } else {
-    c.bump(&qp, is_bind ? &Counters::mw_bind_refused : &Counters::mw_local_inv_refused);
-    c.bump(&qp, refusal_counter(k));
-    w.status = is_bind ? WcStatus::kMwBindErr : WcStatus::kLocProtErr;
+    return WcStatus::kSuccess;
+  }
+  c.bump(&qp, is_bind ? &Counters::mw_bind_refused : &Counters::mw_local_inv_refused);
+  c.bump(&qp, refusal_counter(k));
+  return is_bind ? WcStatus::kMwBindErr : WcStatus::kLocProtErr;
+}
+
+requester::State run_local(Core& c, Qp& qp) {
+  SendWqe& w = qp.sqe(qp.sq_next);
+  WcStatus st = apply_local(c, qp, w.wr);
+  if (st != WcStatus::kSuccess) {
+    w.status = st;
     qp.req_error = true;
   }
   // Completes once every PSN before it is acknowledged (completer::finished).
@@ -63,7 +70,8 @@ requester::State run_local(Core& c, Qp& qp) {
   w.all_sent = true;
   ++qp.sq_next;
   completer::drain(c, qp);
-  return k == MwCheck::kOk ? requester::State::kLocalDone : requester::State::kBlockedOrder;
+  return st == WcStatus::kSuccess ? requester::State::kLocalDone
+                                  : requester::State::kBlockedOrder;
 }
 
 bool remote_invalidate_allowed(Core& c, Qp& qp, uint32_t rkey) {

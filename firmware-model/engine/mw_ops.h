@@ -18,7 +18,10 @@ struct Qp;
 namespace metaroce::fw::mw_ops {
 
 bool is_local(WrOpcode op);  // BIND_MW, LOCAL_INV: run by the NIC, nothing on the wire
-// Runs the WQE at qp.sq_next (is_local). It completes in order, once every
+// Binds or invalidates as wr says, counted: kSuccess, or kMwBindErr /
+// kLocProtErr on refusal (the caller completes the WQE with it).
+WcStatus apply_local(Core& c, Qp& qp, const SendWr& wr);
+// RC: runs the WQE at qp.sq_next (is_local). It completes in order, once every
 // WQE before it has: kMwBindErr / kLocProtErr on refusal, QP to ERR then.
 requester::State run_local(Core& c, Qp& qp);
 // SEND_INV at the responder: may qp's peer invalidate rkey? Counts a refusal.

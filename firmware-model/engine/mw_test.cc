@@ -3,6 +3,7 @@
 // between two engines on the test bench.
 #include <doctest/doctest.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "firmware-model/engine/mw.h"
@@ -338,6 +339,54 @@ TEST_CASE("mw__type2_window_answers_only_to_its_qp") {
     uint32_t pdn = 0;
     REQUIRE(mrs.dereg(1, x.lkey, &pdn) == 0);
   }
+}
+
+// mw2: a type 2 window is associated with the QP that bound it; when that
+// QP is destroyed the window is unbound (as LOCAL_INV would): its rkey
+// names nothing, its MR is free to deregister, and it can be bound again.
+TEST_CASE("mw__destroying_its_qp_unbinds_a_type2_window") {
+  MwBench m;
+  uint32_t rkey = 0;
+  uint32_t h = m.alloc(MwType::kType2, &rkey);
+  REQUIRE(m.bind(h, MwType::kType2, rkey + 1, 8192, 4096, kRw).status == WcStatus::kSuccess);
+  CHECK(m.t.b.engine->dereg_mr(Node::kOwner, m.wmr.lkey) == EBUSY);  // the window holds it
+  REQUIRE(m.t.b.engine->destroy_qp(Node::kOwner, m.t.b.qpn) == 0);
+  CHECK(m.bc().mw_invalidated_qp_destroyed == 1);
+  CHECK(m.t.b.engine->dereg_mr(Node::kOwner, m.wmr.lkey) == 0);
+  CHECK(m.t.b.engine->dealloc_mw(Node::kOwner, h) == 0);
+}
+
+TEST_CASE("mw__invalidate_qp_unbinds_only_that_qps_type2_windows") {
+  MrTable mrs(16);
+  MwTable mws(16);
+  mrs.set_windows(&mws);
+  FakeRandom rnd(5);
+  MrKeys k;
+  REQUIRE(mrs.reg(1, 1, 0x10000, 0x1000, kBindable, rnd, &k) == 0);
+  auto bound = [&](MwType type, uint32_t qpn) {
+    uint32_t h = 0, rkey = 0;
+    REQUIRE(mws.alloc(1, 1, type, rnd, mrs, &h, &rkey) == 0);
+    BindRequest req;
+    req.owner = 1;
+    req.pdn = 1;
+    req.qpn = qpn;
+    req.type = type;
+    req.bind = {h, k.lkey, kRw, 0x10000, 0x100, type};
+    req.new_rkey = rkey + 1;
+    REQUIRE(mws.bind(req, mrs) == MwCheck::kOk);
+    return rkey + 1;
+  };
+  uint32_t a1 = bound(MwType::kType2, 42), a2 = bound(MwType::kType2, 42);
+  uint32_t other = bound(MwType::kType2, 43), t1 = bound(MwType::kType1, 42);
+  CHECK(mws.invalidate_qp(7, mrs) == 0);
+  CHECK(mws.invalidate_qp(42, mrs) == 2);
+  for (uint32_t r : {a1, a2})
+    CHECK(mrs.check_remote(1, 1, 42, r, 0x10000, 8, kAccessRemoteRead, nullptr) ==
+          KeyCheck::kNoKey);
+  CHECK(mrs.check_remote(1, 1, 43, other, 0x10000, 8, kAccessRemoteRead, nullptr) ==
+        KeyCheck::kOk);
+  CHECK(mrs.check_remote(1, 1, 42, t1, 0x10000, 8, kAccessRemoteRead, nullptr) == KeyCheck::kOk);
+  CHECK(mws.invalidate_qp(42, mrs) == 0);  // nothing left bound to it
 }
 
 }  // namespace metaroce::fw::test

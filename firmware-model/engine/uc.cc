@@ -1,6 +1,7 @@
 // The unreliable connected service: sender and receiver (uc.h).
 #include <algorithm>
 
+#include "firmware-model/engine/mw_ops.h"
 #include "firmware-model/engine/qp.h"
 
 namespace metaroce::fw::uc {
@@ -31,14 +32,23 @@ void fail(Core& c, Qp& qp, SendWqe& w, WcStatus status) {
   c.qp_to_error(qp);
 }
 
+WcOpcode wc_opcode(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteImm: return WcOpcode::kRdmaWrite;
+    case WrOpcode::kBindMw: return WcOpcode::kBindMw;
+    case WrOpcode::kLocalInv: return WcOpcode::kLocalInv;
+    default: return WcOpcode::kSend;
+  }
+}
+
 void finish(Core& c, Qp& qp, SendWqe& w) {
   ++qp.sq_next;
   qp.sq_head = qp.sq_next;
   if (!(w.wr.send_flags & kSendSignaled) && !qp.init.sq_sig_all) return;
   Completion wc;
   wc.wr_id = w.wr.wr_id;
-  bool write = w.wr.opcode == WrOpcode::kRdmaWrite || w.wr.opcode == WrOpcode::kRdmaWriteImm;
-  wc.opcode = write ? WcOpcode::kRdmaWrite : WcOpcode::kSend;
+  wc.opcode = wc_opcode(w.wr.opcode);
   wc.byte_len = w.length;
   wc.qp_num = qp.qpn;
   wc.src_qp = qp.attr.dest_qp_num;
@@ -57,6 +67,21 @@ bool start(Core& c, Qp& qp, SendWqe& w) {
   return true;
 }
 
+// BIND_MW / LOCAL_INV (type 2 windows on UC as on RC, docs/engine.md
+// §Memory windows): run by the NIC in send-queue order, nothing on the
+// wire; every WQE before it has completed already. False: refused, the QP
+// is in ERR.
+bool run_local(Core& c, Qp& qp, SendWqe& w) {
+  WcStatus st = w.status != WcStatus::kSuccess ? w.status : mw_ops::apply_local(c, qp, w.wr);
+  if (st != WcStatus::kSuccess) {
+    fail(c, qp, w, st);
+    return false;
+  }
+  w.length = 0;
+  finish(c, qp, w);
+  return true;
+}
+
 void report_drained(Core& c, Qp& qp) {
   if (qp.state != QpState::kSqd || qp.sq_drained_reported) return;
   if (qp.sq_next != qp.sq_tail && qp.sqe(qp.sq_next).started) return;
@@ -71,6 +96,10 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
   while (sent < budget && qp.sq_next != qp.sq_tail) {
     SendWqe& w = qp.sqe(qp.sq_next);
     bool open = qp.state == QpState::kRts || (qp.state == QpState::kSqd && w.started);
+    if (open && !w.started && mw_ops::is_local(w.wr.opcode)) {
+      if (!run_local(c, qp, w)) break;
+      continue;
+    }
     if (!open || (!w.started && !start(c, qp, w))) break;
     uint32_t len = std::min(qp.mtu, w.length - w.sent);
     proto::Packet p;
@@ -164,9 +193,13 @@ bool begin(Core& c, Qp& qp, const proto::Packet& p) {
   u.next_offset = 0;
   u.has_recv = consumes_recv(op);
   if (!is_send(op) && u.length) {
-    bool allowed = qp.attr.qp_access_flags & kAccessRemoteWrite;
-    if (!allowed || c.mrs().check_remote(qp.owner, qp.init.pdn, qp.qpn, p.reth.rkey, p.reth.va,
-                                         u.length, kAccessRemoteWrite, nullptr) != KeyCheck::kOk) {
+    // The rkey may name an MR or a window (a type 2 one only if bound to this QP).
+    KeyCheck k = (qp.attr.qp_access_flags & kAccessRemoteWrite)
+                     ? c.mrs().check_remote(qp.owner, qp.init.pdn, qp.qpn, p.reth.rkey, p.reth.va,
+                                            u.length, kAccessRemoteWrite, nullptr)
+                     : KeyCheck::kNoAccess;
+    if (k != KeyCheck::kOk) {
+      mw_ops::count_rkey_refusal(c, qp, k);
       c.bump(&qp, &Counters::rx_drop_uc_access);
       return false;
     }

@@ -283,3 +283,77 @@ TEST_CASE("uc__a_uc_qp_takes_its_receives_from_an_srq") {
 }
 
 }  // namespace metaroce::fw::test
+
+namespace metaroce::fw::test {
+
+// mw2: a type 2 window bound by BIND_MW on a UC QP (IB, as rxe and mlx5:
+// BIND_MW and LOCAL_INV are RC and UC work requests); a UC WRITE to its
+// rkey is checked against the window, and LOCAL_INV ends it.
+TEST_CASE("uc__type2_window_bound_on_a_uc_qp_checks_uc_writes") {
+  UcBench u;
+  Node& a = u.t.a;
+  Node& b = u.t.b;
+  MrKeys wmr;
+  REQUIRE(b.engine->reg_mr(Node::kOwner, b.pd, b.base() + 4096, 16384,
+                           kAccessLocalWrite | kAccessMwBind, &wmr) == 0);
+  uint32_t h = 0, rkey0 = 0;
+  REQUIRE(b.engine->alloc_mw(Node::kOwner, b.pd, MwType::kType2, &h, &rkey0) == 0);
+  const uint32_t rkey = rkey0 + 1;
+  auto b_local = [&](SendWr w) {
+    w.send_flags = kSendSignaled;
+    REQUIRE(b.post_send(w) == 0);
+    std::vector<Completion> got;
+    u.t.run([&] {
+      for (auto& c : b.send_cq()) got.push_back(c);
+      return !got.empty();
+    });
+    REQUIRE(got.size() == 1);
+    return got[0];
+  };
+  SendWr bind;
+  bind.wr_id = 900;
+  bind.opcode = WrOpcode::kBindMw;
+  bind.rkey = rkey;
+  bind.bind = {h, wmr.lkey, kAccessRemoteWrite, b.base() + 8192, 4096, MwType::kType2};
+  Completion c = b_local(bind);
+  CHECK(c.status == WcStatus::kSuccess);
+  CHECK(c.opcode == WcOpcode::kBindMw);
+  CHECK(c.wr_id == 900);
+  CHECK(u.rx().mw_binds == 1);
+  int syncs = 0;
+  auto write_then_sync = [&](uint64_t off, uint32_t len) {
+    SendWr w = a.wr(WrOpcode::kRdmaWrite, 10, 0, len);
+    w.remote_addr = b.base() + off;
+    w.rkey = rkey;
+    REQUIRE(a.post_send(w) == 0);
+    REQUIRE(b.post_recv(1, 40000, 500) == 0);  // a SEND after it: the WRITE was handled
+    REQUIRE(a.post_send(a.wr(WrOpcode::kSend, 12, 0, 100)) == 0);
+    REQUIRE(u.recv_until(1).size() == 1);
+    ++syncs;
+  };
+  fill(a, 0, 2000, 9);
+  write_then_sync(8192 + 100, 2000);  // inside the window: lands
+  CHECK(std::memcmp(a.mem.data(), b.mem.data() + 8192 + 100, 2000) == 0);
+  CHECK(u.rx().rx_drop_uc_access == 0);
+  write_then_sync(8192 + 4000, 200);  // inside the MR, past the window: dropped, counted
+  CHECK(u.rx().rx_drop_uc_access == 1);
+  CHECK(u.rx().rkey_refused_out_of_bounds == 1);
+  SendWr inv;
+  inv.wr_id = 901;
+  inv.opcode = WrOpcode::kLocalInv;
+  inv.imm = rkey;
+  c = b_local(inv);
+  CHECK(c.status == WcStatus::kSuccess);
+  CHECK(c.opcode == WcOpcode::kLocalInv);
+  CHECK(u.rx().mw_local_invalidations == 1);
+  write_then_sync(8192, 64);  // the window is gone
+  CHECK(u.rx().rx_drop_uc_access == 2);
+  CHECK(u.rx().rkey_refused_no_key == 1);
+  // UC has no SEND with invalidate (docs/protocol.md §15).
+  SendWr si = a.wr(WrOpcode::kSendWithInv, 13, 0, 10);
+  si.imm = rkey;
+  CHECK(a.post_send(si) == EINVAL);
+  CHECK(syncs == 3);
+}
+
+}  // namespace metaroce::fw::test

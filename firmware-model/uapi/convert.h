@@ -142,7 +142,9 @@ struct NamedCounter {
   /* readrec: READ recovery */    \
   X(read_repairs_trimmed)        \
   X(read_tail_probes)            \
-  X(read_holes_by_order)
+  X(read_holes_by_order) \
+  /* mw2: */                     \
+  X(mw_invalidated_qp_destroyed)
 
 #define MROCE_X(name) +1
 inline constexpr size_t kEngineCounters = 0 MROCE_ENGINE_COUNTERS(MROCE_X);
