@@ -1,11 +1,24 @@
 # Stock-tool helpers shared by the verbs e2e tests (sourced after e2e.sh,
 # with $top the source tree): the provider, in_a/in_b with the tools'
-# environment (ASan runtime when the provider is an ASan build), GID
-# lookup, server/client pairs and perftest figures.
+# environment (ASan runtime when the provider is an ASan build), the
+# launcher as launch_a/launch_b, the network up (verbs_e2e_up), GID
+# lookup, server/client pairs, perftest figures and daemon counters.
+# A test script starts:
+#   set -u
+#   here=$(cd "$(dirname "$0")" && pwd)
+#   top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}
+#   top=${top:-$(cd "$here/../.." && pwd)}
+#   source "$top/tests/lib/e2e.sh"
+#   source "$top/tests/lib/verbs.sh"
+#   PROG=$(need_file tests/x/prog) || exit 1
+#   verbs_e2e_up ibv_rc_pingpong   # the stock tools it needs
 find_file() {  # rel-path: runfiles first, then the tree's bazel-bin
   local f
   for f in "$top/$1" "$top/.bazel/bin/$1"; do [ -e "$f" ] && { readlink -f "$f"; return 0; }; done
   return 1
+}
+need_file() {  # rel-path: as find_file, or says what to build
+  find_file "$1" || { echo "$1 is not built (bazel build //${1%/*}:${1##*/})" >&2; return 1; }
 }
 PROVIDER=$(find_file provider/libmetaroce-rdmav34.so) || { echo "provider .so not built"; exit 1; }
 export METAROCE_PROVIDER=$PROVIDER
@@ -20,6 +33,36 @@ if [ -n "$asan" ]; then
 fi
 in_a() { mroce_in_a env "${TOOL_ENV[@]}" timeout 90 "$@"; }
 in_b() { mroce_in_b env "${TOOL_ENV[@]}" timeout 90 "$@"; }
+
+# The launcher (metaroce-run: completion channels through its interposer).
+LAUNCHER=$top/kmod-shim/launcher/metaroce-run
+PRELOAD=$(find_file kmod-shim/launcher/libmetaroce-preload.so) && export METAROCE_PRELOAD=$PRELOAD
+launch_a() { need_file kmod-shim/launcher/libmetaroce-preload.so >/dev/null || return 1
+             mroce_in_a env -u RDMAV_DRIVERS timeout 90 "$LAUNCHER" "$@"; }
+launch_b() { need_file kmod-shim/launcher/libmetaroce-preload.so >/dev/null || return 1
+             mroce_in_b env -u RDMAV_DRIVERS timeout 90 "$LAUNCHER" "$@"; }
+
+source "$top/tests/lib/netns.sh"
+
+# The two hosts up over $MROCE_E2E_IO (tests/lib/netns.sh), GID_A/GID_B set,
+# torn down at exit. Without root, a TOOL or metaroced: the summary line
+# with one skipped case, and exit 0; the network not up: one failed, exit 1.
+verbs_e2e_up() {  # TOOL... (stock tools the cases run)
+  local t
+  [ "$(id -u)" = 0 ] || _verbs_e2e_skip "needs root"
+  for t in "$@"; do
+    command -v "$t" >/dev/null || _verbs_e2e_skip "needs $t (ibverbs-utils/perftest: tools/setup installs them)"
+  done
+  if ! mroce_find_bin metaroced firmware-model/daemon/metaroced >/dev/null 2>&1 && [ -z "${METAROCED:-}" ]; then
+    _verbs_e2e_skip "metaroced is not built (bazel build //firmware-model/daemon:metaroced)"
+  fi
+  trap 'mroce_net_down >/dev/null 2>&1' EXIT
+  mroce_net_up ${MROCE_E2E_IO:+--io $MROCE_E2E_IO} || { echo "mroce_net_up failed"; E2E_FAILED=1; e2e_finish; exit 1; }
+  GID_A=$(gid_index in_a "$MROCE_DEV_A" "$MROCE_IP_A")
+  GID_B=$(gid_index in_b "$MROCE_DEV_B" "$MROCE_IP_B")
+  echo "GID index A=$GID_A B=$GID_B io=${MROCE_E2E_IO:-auto}"
+}
+_verbs_e2e_skip() { echo "SKIP: $*"; E2E_SKIPPED=1; e2e_finish; exit 0; }
 
 # Index of the RoCE v2 IPv4-mapped GID (what -g / -x need).
 gid_index() {  # in_a|in_b dev ip
@@ -51,6 +94,15 @@ daemon_stats() {
   echo "== daemon b"; mroce_in_b "$ctl" --sysfs-root "$MROCE_SYSFS_B" stat -a "$MROCE_DEV_B" 2>&1
 }
 
+# One engine or daemon counter of device a or b (metaroce-ctl stat -a), or
+# "missing".
+engine_counter() {  # a|b name
+  local ctl; ctl=$(mroce_find_bin metaroce-ctl tools/metaroce-ctl) || return 1
+  if [ "$1" = a ]; then mroce_in_a "$ctl" --sysfs-root "$MROCE_SYSFS_A" stat -a "$MROCE_DEV_A"
+  else mroce_in_b "$ctl" --sysfs-root "$MROCE_SYSFS_B" stat -a "$MROCE_DEV_B"; fi |
+    awk -v n="$2" '$1 == n || $1 == n":" {print $NF; found=1; exit} END {if (!found) print "missing"}'
+}
+
 # perftest prints one row of figures under its header; show and require it.
 perf_figure() {  # logfile
   local row
@@ -59,3 +111,14 @@ perf_figure() {  # logfile
   echo "FIGURE: $row"
 }
 
+
+# perftest between the namespaces: server in A, client in B, and its figure.
+# -u 18: an IB timeout of 1.07 s per try (8.6 s without progress) instead of
+# perftest's 14 (0.54 s): these cases check that the tools run and print
+# figures; under load a 2-vCPU CI stalled a latency ping-pong past 0.5 s
+# (both sides RETRY_EXC_ERR, also on the engine before this session).
+perf() {  # tool extra-args
+  local tool=$1; shift
+  pair "$tool" "in_a $tool -d $MROCE_DEV_A -x $GID_A -u 18 $*" "in_b $tool -d $MROCE_DEV_B -x $GID_B -u 18 $*"
+  perf_figure "$E2E_RUN_DIR/$tool.client.log"
+}
