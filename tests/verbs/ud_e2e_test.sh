@@ -10,32 +10,8 @@ top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}
 top=${top:-$(cd "$here/../.." && pwd)}
 source "$top/tests/lib/e2e.sh"
 source "$top/tests/lib/verbs.sh"
-VERBS_E2E=$(find_file tests/verbs/verbs_e2e) || { echo "verbs_e2e not built"; exit 1; }
-
-source "$top/tests/lib/netns.sh"
-if [ "$(id -u)" != 0 ] || ! command -v ibv_ud_pingpong >/dev/null || ! command -v ib_send_bw >/dev/null; then
-  echo "SKIP: needs root and ibverbs-utils/perftest"; E2E_SKIPPED=1; e2e_case ud_multicast_across_hosts_and_on_the_host t_ud_multicast
-e2e_finish; exit 0
-fi
-if ! mroce_find_bin metaroced firmware-model/daemon/metaroced >/dev/null 2>&1 && [ -z "${METAROCED:-}" ]; then
-  echo "SKIP: metaroced is not built (bazel build //firmware-model/daemon:metaroced)"
-  E2E_SKIPPED=1; e2e_case ud_multicast_across_hosts_and_on_the_host t_ud_multicast
-e2e_finish; exit 0
-fi
-trap 'mroce_net_down >/dev/null 2>&1' EXIT
-mroce_net_up ${MROCE_E2E_IO:+--io $MROCE_E2E_IO} || { echo "mroce_net_up failed"; E2E_FAILED=1; e2e_case ud_multicast_across_hosts_and_on_the_host t_ud_multicast
-e2e_finish; exit 1; }
-GID_A=$(gid_index in_a "$MROCE_DEV_A" "$MROCE_IP_A")
-GID_B=$(gid_index in_b "$MROCE_DEV_B" "$MROCE_IP_B")
-echo "GID index A=$GID_A B=$GID_B io=${MROCE_E2E_IO:-auto}"
-
-# One engine counter of a device, from metaroce-ctl's device counters.
-counter() {  # a|b name
-  local ctl sys dev run
-  ctl=$(mroce_find_bin metaroce-ctl tools/metaroce-ctl) || return 1
-  if [ "$1" = a ]; then run=mroce_in_a sys=$MROCE_SYSFS_A dev=$MROCE_DEV_A; else run=mroce_in_b sys=$MROCE_SYSFS_B dev=$MROCE_DEV_B; fi
-  "$run" "$ctl" --sysfs-root "$sys" stat -a "$dev" | awk -v n="$2" '$1 == n || $1 == n":" {print $NF; exit}'
-}
+VERBS_E2E=$(need_file tests/verbs/verbs_e2e) || exit 1
+verbs_e2e_up ibv_ud_pingpong ib_send_bw
 
 # The veth's MTU of 1500 gives an active MTU of 1024: the largest UD message.
 t_ud_pingpong() {
@@ -45,7 +21,7 @@ t_ud_pingpong() {
          "in_b ibv_ud_pingpong -d $MROCE_DEV_B -g $GID_B -s $s -n 200"
     grep -E "bytes in" "$E2E_RUN_DIR/ud_pingpong_$s.client.log"
   done
-  [ "$(counter b ud_rx_delivered)" -ge 600 ] || e2e_fail "B delivered fewer than 600 datagrams"
+  [ "$(engine_counter b ud_rx_delivered)" -ge 600 ] || e2e_fail "B delivered fewer than 600 datagrams"
 }
 t_ud_pingpong_too_big() {  # over the port's active MTU: the tool refuses it itself
   local out rc=0; out=$(in_a ibv_ud_pingpong -d "$MROCE_DEV_A" -g "$GID_A" -s 2048 -p 18599 2>&1) || rc=$?
@@ -61,11 +37,11 @@ t_send_bw_ud() { ud_perf ib_send_bw -s 1024 -n 2000; }
 t_send_lat_ud() { ud_perf ib_send_lat -s 1024 -n 1000; }
 t_ud_bad_input() {
   local q0 s0 a0
-  q0=$(counter a rx_drop_ud_qkey); s0=$(counter a ud_tx_oversize); a0=$(counter a ud_tx_unknown_ah)
+  q0=$(engine_counter a rx_drop_ud_qkey); s0=$(engine_counter a ud_tx_oversize); a0=$(engine_counter a ud_tx_unknown_ah)
   in_a "$VERBS_E2E" ud "$MROCE_DEV_A" || e2e_fail "verbs_e2e ud failed"
-  [ "$(counter a rx_drop_ud_qkey)" -gt "$q0" ] || e2e_fail "the wrong Q_Key was not counted"
-  [ "$(counter a ud_tx_oversize)" -gt "$s0" ] || e2e_fail "the oversize send was not counted"
-  [ "$(counter a ud_tx_unknown_ah)" -gt "$a0" ] || e2e_fail "the foreign AH was not counted"
+  [ "$(engine_counter a rx_drop_ud_qkey)" -gt "$q0" ] || e2e_fail "the wrong Q_Key was not counted"
+  [ "$(engine_counter a ud_tx_oversize)" -gt "$s0" ] || e2e_fail "the oversize send was not counted"
+  [ "$(engine_counter a ud_tx_unknown_ah)" -gt "$a0" ] || e2e_fail "the foreign AH was not counted"
 }
 
 # Multicast: two QPs in A attached to 239.7.7.7 each get every datagram B
@@ -77,7 +53,7 @@ t_ud_multicast() {
   pid=$!; e2e_track_pid "$pid"
   wait_for 60 test -e "$ready" || e2e_fail "receiver never got ready"
   in_b "$VERBS_E2E" mcast_send "$MROCE_DEV_B" || e2e_fail "sender failed"
-  wait "$pid" || { echo "A: $(counter a rx_drop_mcast_no_group) no-group drops"; e2e_fail "receiver failed"; }
+  wait "$pid" || { echo "A: $(engine_counter a rx_drop_mcast_no_group) no-group drops"; e2e_fail "receiver failed"; }
 }
 
 e2e_case ibv_ud_pingpong_sizes t_ud_pingpong

@@ -14,73 +14,29 @@
 //                          error or a dropped datagram, and the QP goes on
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <string>
 #include <vector>
 
+#include "tests/lib/verbs_setup.h"
+
 namespace {
 
-int g_failures = 0;
-#define EXPECT(c)                                                          \
-  do {                                                                     \
-    if (!(c)) {                                                            \
-      fprintf(stderr, "%s:%d: EXPECT(%s) failed\n", __FILE__, __LINE__, #c); \
-      g_failures++;                                                        \
-    }                                                                      \
-  } while (0)
-#define REQUIRE(c)                                                          \
-  do {                                                                      \
-    if (!(c)) {                                                             \
-      fprintf(stderr, "%s:%d: REQUIRE(%s) failed (errno %d: %s)\n", __FILE__, \
-              __LINE__, #c, errno, strerror(errno));                        \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
+using mroce_test::checksum;
+using mroce_test::create_ah;
+using mroce_test::create_cq;
+using mroce_test::create_qp;
+using mroce_test::failures;
+using mroce_test::open_device;
+using mroce_test::poll_one;
+using mroce_test::reg_mr;
+using mroce_test::roce_v2_ipv4_gid;
 
-uint32_t checksum(const uint8_t *p, size_t n) {  // FNV-1a
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
-  return h;
-}
-
-void fill(uint8_t *p, size_t n, uint32_t seed) {
-  for (size_t i = 0; i < n; i++) {
-    seed = seed * 1103515245u + 12345u;
-    p[i] = static_cast<uint8_t>(seed >> 16);
-  }
-}
-
-ibv_context *open_dev(const char *name) {
-  int n = 0;
-  ibv_device **list = ibv_get_device_list(&n);
-  ibv_context *ctx = nullptr;
-  for (int i = 0; list && i < n; i++)
-    if (strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
-  if (list) ibv_free_device_list(list);
-  return ctx;
-}
-
-// The RoCE v2 IPv4-mapped GID, as perftest picks by default.
-int roce_v2_ipv4_gid(ibv_context *ctx, ibv_gid *gid) {
-  ibv_port_attr pa;
-  REQUIRE(ibv_query_port(ctx, 1, &pa) == 0);
-  for (int i = 0; i < pa.gid_tbl_len; i++) {
-    ibv_gid_entry e;
-    if (ibv_query_gid_ex(ctx, 1, i, &e, 0)) continue;
-    static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(e.gid.raw, v4, 12) == 0) {
-      *gid = e.gid;
-      return i;
-    }
-  }
-  return -1;
-}
+void fill(uint8_t *p, size_t n, uint32_t seed) { mroce_test::fill_random(p, n, seed); }
 
 struct Pair {  // two RC QPs on one device, connected to each other
   ibv_context *ctx;
@@ -91,63 +47,19 @@ struct Pair {  // two RC QPs on one device, connected to each other
   ibv_mr *mr[2];
 };
 
-void connect_qp(ibv_qp *qp, uint32_t dest, int gid_index, const ibv_gid &gid, ibv_mtu mtu) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                    IBV_QP_ACCESS_FLAGS) == 0);
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = mtu;
-  a.dest_qp_num = dest;
-  a.rq_psn = 100;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid;
-  a.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                    IBV_QP_MIN_RNR_TIMER) == 0);
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 100;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                                    IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                    IBV_QP_MAX_QP_RD_ATOMIC) == 0);
-}
-
 void make_pair(Pair *p, ibv_context *ctx, size_t bytes) {
   p->ctx = ctx;
   REQUIRE((p->pd = ibv_alloc_pd(ctx)));
-  ibv_gid gid;
-  int gi = roce_v2_ipv4_gid(ctx, &gid);
-  REQUIRE(gi >= 0);
-  ibv_port_attr pa;
-  REQUIRE(ibv_query_port(ctx, 1, &pa) == 0);
   for (int i = 0; i < 2; i++) {
-    REQUIRE((p->cq[i] = ibv_create_cq(ctx, 64, nullptr, nullptr, 0)));
-    ibv_qp_init_attr ia{};
-    ia.send_cq = ia.recv_cq = p->cq[i];
-    ia.qp_type = IBV_QPT_RC;
-    ia.cap = {32, 32, 4, 4, 128};
-    REQUIRE((p->qp[i] = ibv_create_qp(p->pd, &ia)));
+    REQUIRE((p->cq[i] = create_cq(ctx, 64)));
+    REQUIRE((p->qp[i] = create_qp(p->pd, p->cq[i], IBV_QPT_RC, {32, 32, 4, 4, 128})));
     p->buf[i].assign(bytes, 0);
-    REQUIRE((p->mr[i] = ibv_reg_mr(p->pd, p->buf[i].data(), bytes,
-                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)));
+    REQUIRE((p->mr[i] = reg_mr(p->pd, p->buf[i].data(), bytes,
+                               IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)));
   }
-  connect_qp(p->qp[0], p->qp[1]->qp_num, gi, gid, pa.active_mtu);
-  connect_qp(p->qp[1], p->qp[0]->qp_num, gi, gid, pa.active_mtu);
+  REQUIRE(mroce_test::connect_loopback(p->qp[0], p->qp[1], mroce_test::RcOptions{},
+                                       /*use_port_mtu=*/true) == 0);
 }
 
 void free_pair(Pair *p) {
@@ -157,23 +69,6 @@ void free_pair(Pair *p) {
     ibv_dereg_mr(p->mr[i]);
   }
   ibv_dealloc_pd(p->pd);
-}
-
-// Polls one completion (`seconds` at most).
-bool poll_one(ibv_cq *cq, ibv_wc *wc, int seconds = 5) {
-  timespec t0;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (;;) {
-    int n = ibv_poll_cq(cq, 1, wc);
-    if (n == 1) return true;
-    if (n < 0) return false;
-    timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    if (t.tv_sec - t0.tv_sec > seconds) {
-      fprintf(stderr, "timeout waiting for a completion\n");
-      return false;
-    }
-  }
 }
 
 ibv_wc post_and_wait(Pair *p, ibv_send_wr *wr) {
@@ -297,7 +192,7 @@ void check_atomics(Pair *p) {
 }
 
 int case_opcodes(const char *dev) {
-  ibv_context *ctx = open_dev(dev);
+  ibv_context *ctx = open_device(dev);
   REQUIRE(ctx);
   Pair p;
   make_pair(&p, ctx, 1 << 20);
@@ -316,7 +211,7 @@ int case_opcodes(const char *dev) {
   check_atomics(&p);
   free_pair(&p);
   ibv_close_device(ctx);
-  return g_failures ? 1 : 0;
+  return failures() ? 1 : 0;
 }
 
 ibv_wc bad_write(ibv_context *ctx, uint32_t rkey_delta, uint64_t addr_offset, uint32_t len) {
@@ -335,7 +230,7 @@ ibv_wc bad_write(ibv_context *ctx, uint32_t rkey_delta, uint64_t addr_offset, ui
 }
 
 int case_access(const char *dev) {
-  ibv_context *ctx = open_dev(dev);
+  ibv_context *ctx = open_device(dev);
   REQUIRE(ctx);
   ibv_wc wc = bad_write(ctx, 0x1000, 0, 64);
   printf("  wrong rkey: %s\n", ibv_wc_status_str(wc.status));
@@ -346,24 +241,11 @@ int case_access(const char *dev) {
   wc = bad_write(ctx, 0, 0, 64);  // and a good one still works after both
   EXPECT(wc.status == IBV_WC_SUCCESS);
   ibv_close_device(ctx);
-  return g_failures ? 1 : 0;
-}
-
-bool wait_async(ibv_context *ctx, ibv_event_type want, int ms) {
-  pollfd pf = {ctx->async_fd, POLLIN, 0};
-  while (poll(&pf, 1, ms) == 1) {
-    ibv_async_event ev;
-    if (ibv_get_async_event(ctx, &ev)) return false;
-    ibv_event_type t = ev.event_type;
-    ibv_ack_async_event(&ev);
-    printf("  async event: %s\n", ibv_event_type_str(t));
-    if (t == want) return true;
-  }
-  return false;
+  return failures() ? 1 : 0;
 }
 
 int case_fatal(const char *dev, const char *ready_file) {
-  ibv_context *ctx = open_dev(dev);
+  ibv_context *ctx = open_device(dev);
   REQUIRE(ctx);
   Pair p;
   make_pair(&p, ctx, 4096);
@@ -371,7 +253,7 @@ int case_fatal(const char *dev, const char *ready_file) {
   FILE *f = fopen(ready_file, "w");
   REQUIRE(f);
   fclose(f);
-  EXPECT(wait_async(ctx, IBV_EVENT_DEVICE_FATAL, 20000));
+  EXPECT(mroce_test::wait_async_event(ctx, IBV_EVENT_DEVICE_FATAL, 20));
   ibv_sge sg = {reinterpret_cast<uintptr_t>(p.buf[0].data()), 64, p.mr[0]->lkey};
   ibv_send_wr w{};
   w.opcode = IBV_WR_SEND;
@@ -388,8 +270,8 @@ int case_fatal(const char *dev, const char *ready_file) {
   ibv_close_device(ctx);
   // The daemon comes back: a new open works.
   ibv_context *again = nullptr;
-  for (time_t end = time(nullptr) + 60; !again && time(nullptr) < end;) {
-    again = open_dev(dev);
+  for (mroce_test::Deadline back(60); !again && !back.passed();) {
+    again = mroce_test::try_open_device(dev);
     if (!again) usleep(100000);
   }
   REQUIRE(again);
@@ -398,7 +280,7 @@ int case_fatal(const char *dev, const char *ready_file) {
   if (pd) ibv_dealloc_pd(pd);
   ibv_close_device(again);
   printf("  reopened after restart ok\n");
-  return g_failures ? 1 : 0;
+  return failures() ? 1 : 0;
 }
 
 // ---- ud: the datagram service (docs/protocol.md §13) ----
@@ -407,33 +289,14 @@ constexpr uint32_t kUdQkey = 0x1111;
 constexpr uint32_t kGrh = 40;
 
 ibv_qp *ud_qp(ibv_pd *pd, ibv_cq *cq) {
-  ibv_qp_init_attr ia{};
-  ia.send_cq = ia.recv_cq = cq;
-  ia.qp_type = IBV_QPT_UD;
-  ia.cap = {16, 16, 1, 1, 0};
-  ibv_qp *qp = ibv_create_qp(pd, &ia);
+  ibv_qp *qp = create_qp(pd, cq, IBV_QPT_UD, {16, 16, 1, 1, 0});
   REQUIRE(qp);
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qkey = kUdQkey;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0);
-  a.qp_state = IBV_QPS_RTR;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0);
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 1;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
+  REQUIRE(mroce_test::ud_to_rts(qp, kUdQkey) == 0);
   return qp;
 }
 
 ibv_ah *ud_ah(ibv_pd *pd, int gid_index, const ibv_gid &gid) {
-  ibv_ah_attr aa{};
-  aa.is_global = 1;
-  aa.port_num = 1;
-  aa.grh.dgid = gid;
-  aa.grh.sgid_index = static_cast<uint8_t>(gid_index);
-  aa.grh.hop_limit = 64;
-  ibv_ah *ah = ibv_create_ah(pd, &aa);
+  ibv_ah *ah = create_ah(pd, gid, gid_index);
   REQUIRE(ah);
   return ah;
 }
@@ -481,13 +344,13 @@ ibv_wc ud_wait(Ud &u, bool recv) {
 
 int case_ud(const char *dev) {
   Ud u;
-  REQUIRE((u.ctx = open_dev(dev)));
+  REQUIRE((u.ctx = open_device(dev)));
   ibv_gid gid;
   int gidx = roce_v2_ipv4_gid(u.ctx, &gid);
   REQUIRE(gidx >= 0);
   REQUIRE((u.pd = ibv_alloc_pd(u.ctx)));
-  REQUIRE((u.cq = ibv_create_cq(u.ctx, 64, nullptr, nullptr, 0)));
-  REQUIRE((u.mr = ibv_reg_mr(u.pd, u.buf.data(), u.buf.size(), IBV_ACCESS_LOCAL_WRITE)));
+  REQUIRE((u.cq = create_cq(u.ctx, 64)));
+  REQUIRE((u.mr = reg_mr(u.pd, u.buf.data(), u.buf.size(), IBV_ACCESS_LOCAL_WRITE)));
   u.tx = ud_qp(u.pd, u.cq);
   u.rx = ud_qp(u.pd, u.cq);
   u.ah = ud_ah(u.pd, gidx, gid);
@@ -528,7 +391,7 @@ int case_ud(const char *dev) {
   printf("  oversize -> LOC_LEN_ERR, SQE, RTS again ok\n");
 
   // An AH of another context names nothing of ours: LOC_QP_OP_ERR.
-  ibv_context *other = open_dev(dev);
+  ibv_context *other = open_device(dev);
   REQUIRE(other);
   ibv_pd *opd = ibv_alloc_pd(other);
   REQUIRE(opd);
@@ -567,7 +430,7 @@ int case_ud(const char *dev) {
   ibv_destroy_cq(u.cq);
   ibv_dealloc_pd(u.pd);
   ibv_close_device(u.ctx);
-  return g_failures ? 1 : 0;
+  return failures() ? 1 : 0;
 }
 
 // ---- ud multicast (docs/protocol.md §13.8) across two hosts ----
@@ -597,12 +460,12 @@ void mcast_send(Ud &u, ibv_qp *from, ibv_ah *ah, uint8_t mark) {
 }
 
 void mcast_open(Ud &u, const char *dev, int *gidx, ibv_gid *gid) {
-  REQUIRE((u.ctx = open_dev(dev)));
+  REQUIRE((u.ctx = open_device(dev)));
   *gidx = roce_v2_ipv4_gid(u.ctx, gid);
   REQUIRE(*gidx >= 0);
   REQUIRE((u.pd = ibv_alloc_pd(u.ctx)));
-  REQUIRE((u.cq = ibv_create_cq(u.ctx, 256, nullptr, nullptr, 0)));
-  REQUIRE((u.mr = ibv_reg_mr(u.pd, u.buf.data(), u.buf.size(), IBV_ACCESS_LOCAL_WRITE)));
+  REQUIRE((u.cq = create_cq(u.ctx, 256)));
+  REQUIRE((u.mr = reg_mr(u.pd, u.buf.data(), u.buf.size(), IBV_ACCESS_LOCAL_WRITE)));
 }
 
 // Two QPs attached to the group each take kMcastCount datagrams from the
@@ -664,7 +527,7 @@ int case_mcast_recv(const char *dev, const char *ready_file) {
     EXPECT(ibv_detach_mcast(qp[q], &group, 0) == 0);
     EXPECT(ibv_detach_mcast(qp[q], &group, 0) == EINVAL);
   }
-  return g_failures ? 1 : 0;
+  return failures() ? 1 : 0;
 }
 
 int case_mcast_send(const char *dev) {
@@ -681,7 +544,7 @@ int case_mcast_send(const char *dev) {
     EXPECT(wc.status == IBV_WC_SUCCESS);
   }
   printf("  sent %d datagrams to the group ok\n", kMcastCount);
-  return g_failures ? 1 : 0;
+  return failures() ? 1 : 0;
 }
 
 }  // namespace
