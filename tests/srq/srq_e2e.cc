@@ -5,110 +5,29 @@
 //                 IBV_EVENT_SRQ_LIMIT_REACHED, EBUSY while attached,
 //                 IBV_EVENT_QP_LAST_WQE_REACHED when the QP fails.
 #include <infiniband/verbs.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <vector>
 
+#include "tests/lib/verbs_setup.h"
+
 namespace {
 
-int g_failures = 0;
-#define EXPECT(c)                                                            \
-  do {                                                                       \
-    if (!(c)) {                                                              \
-      fprintf(stderr, "%s:%d: EXPECT(%s) failed\n", __FILE__, __LINE__, #c); \
-      g_failures++;                                                          \
-    }                                                                        \
-  } while (0)
-#define REQUIRE(c)                                                                    \
-  do {                                                                                \
-    if (!(c)) {                                                                       \
-      fprintf(stderr, "%s:%d: REQUIRE(%s) failed (errno %d: %s)\n", __FILE__, __LINE__, \
-              #c, errno, strerror(errno));                                            \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
-
-ibv_context *open_dev(const char *name) {
-  int n = 0;
-  ibv_device **list = ibv_get_device_list(&n);
-  ibv_context *ctx = nullptr;
-  for (int i = 0; list && i < n; i++)
-    if (strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
-  if (list) ibv_free_device_list(list);
-  return ctx;
-}
-
-int roce_v2_ipv4_gid(ibv_context *ctx, ibv_gid *gid) {
-  ibv_port_attr pa;
-  if (ibv_query_port(ctx, 1, &pa)) return -1;
-  static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  for (int i = 0; i < pa.gid_tbl_len; i++) {
-    ibv_gid_entry e;
-    if (ibv_query_gid_ex(ctx, 1, i, &e, 0)) continue;
-    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(e.gid.raw, v4, 12) == 0) {
-      *gid = e.gid;
-      return i;
-    }
-  }
-  return -1;
-}
-
-int connect_qp(ibv_qp *qp, uint32_t dest, int gid_index, const ibv_gid &gid) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-    return 1;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = dest;
-  a.rq_psn = 100;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid;
-  a.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    return 1;
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 100;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 1;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
-}
+using mroce_test::failures;
 
 // Waits (30 s at most) for an async event of type `want`; with srq, it must
-// name that SRQ. Other events are printed and skipped.
+// name that SRQ, else that QP. Other events are printed and skipped.
 bool wait_async(ibv_context *ctx, ibv_event_type want, ibv_srq *srq, ibv_qp *qp) {
-  pollfd pf = {ctx->async_fd, POLLIN, 0};
-  while (poll(&pf, 1, 30000) == 1) {
-    ibv_async_event ev;
-    if (ibv_get_async_event(ctx, &ev)) return false;
-    ibv_event_type t = ev.event_type;
-    bool mine = (srq && t == want && ev.element.srq == srq) || (qp && t == want && ev.element.qp == qp);
-    ibv_ack_async_event(&ev);
-    printf("  async event: %s\n", ibv_event_type_str(t));
-    if (mine) return true;
-  }
-  return false;
+  return mroce_test::wait_async_event(ctx, want, 30, [&](const ibv_async_event &ev) {
+    return srq ? ev.element.srq == srq : ev.element.qp == qp;
+  });
 }
 
+// Takes up to `want` successful receive completions within 30 s.
 int recv_completions(ibv_cq *cq, int want) {
   int got = 0;
-  time_t end = time(nullptr) + 30;
-  while (got < want && time(nullptr) < end) {
+  for (mroce_test::Deadline deadline(30); got < want && !deadline.passed();) {
     ibv_wc wc;
     int n = ibv_poll_cq(cq, 1, &wc);
     if (n == 1) {
@@ -127,7 +46,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: srq_e2e DEV\n");
     return 2;
   }
-  ibv_context *ctx = open_dev(argv[1]);
+  ibv_context *ctx = mroce_test::open_device(argv[1]);
   REQUIRE(ctx);
   ibv_device_attr da;
   REQUIRE(ibv_query_device(ctx, &da) == 0);
@@ -136,7 +55,7 @@ int main(int argc, char **argv) {
   ibv_pd *pd = ibv_alloc_pd(ctx);
   REQUIRE(pd);
   std::vector<uint8_t> buf(64 * 1024, 7);
-  ibv_mr *mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr *mr = mroce_test::reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
   REQUIRE(mr);
 
   // Attributes beyond the device's are refused; the actual max_wr comes back.
@@ -173,23 +92,17 @@ int main(int argc, char **argv) {
   EXPECT(ibv_query_srq(srq, &sa) == 0 && sa.srq_limit == 4 && sa.max_wr == 8);
 
   // A sends five messages to B, whose receives come from the SRQ.
-  ibv_cq *cq_a = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
-  ibv_cq *cq_b = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
+  ibv_cq *cq_a = mroce_test::create_cq(ctx, 64);
+  ibv_cq *cq_b = mroce_test::create_cq(ctx, 64);
   REQUIRE(cq_a && cq_b);
-  ibv_qp_init_attr ia{};
-  ia.send_cq = ia.recv_cq = cq_a;
-  ia.qp_type = IBV_QPT_RC;
-  ia.cap = {16, 16, 1, 1, 0};
-  ibv_qp *a = ibv_create_qp(pd, &ia);
-  ia.send_cq = ia.recv_cq = cq_b;
-  ia.srq = srq;
-  ibv_qp *b = ibv_create_qp(pd, &ia);
+  ibv_qp *a = mroce_test::create_qp(pd, cq_a, IBV_QPT_RC, {16, 16, 1, 1, 0});
+  ibv_qp *b = mroce_test::create_qp(pd, cq_b, IBV_QPT_RC, {16, 16, 1, 1, 0}, srq);
   REQUIRE(a && b);
-  ibv_gid gid;
-  int gi = roce_v2_ipv4_gid(ctx, &gid);
-  REQUIRE(gi >= 0);
-  REQUIRE(connect_qp(a, b->qp_num, gi, gid) == 0);
-  REQUIRE(connect_qp(b, a->qp_num, gi, gid) == 0);
+  mroce_test::RcOptions o;  // receives only: no remote access, one READ
+  o.access = IBV_ACCESS_LOCAL_WRITE;
+  o.rd_atomic = 1;
+  o.min_rnr_timer = 1;
+  REQUIRE(mroce_test::connect_loopback(a, b, o, /*use_port_mtu=*/false) == 0);
   ibv_recv_wr *bad_rq = nullptr;
   EXPECT(ibv_post_recv(b, &rw, &bad_rq) == EINVAL);  // B has no receive queue of its own
   ibv_sge ssge{reinterpret_cast<uint64_t>(buf.data()) + 32768, 256, mr->lkey};
@@ -218,6 +131,6 @@ int main(int argc, char **argv) {
   ibv_dereg_mr(mr);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
-  printf("srq_e2e: %s\n", g_failures ? "FAILED" : "ok");
-  return g_failures ? 1 : 0;
+  printf("srq_e2e: %s\n", failures() ? "FAILED" : "ok");
+  return failures() ? 1 : 0;
 }

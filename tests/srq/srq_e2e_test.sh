@@ -9,26 +9,9 @@ top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}
 top=${top:-$(cd "$here/../.." && pwd)}
 source "$top/tests/lib/e2e.sh"
 source "$top/tests/lib/verbs.sh"
-PRELOAD=$(find_file kmod-shim/launcher/libmetaroce-preload.so) || { echo "interposer not built"; exit 1; }
-export METAROCE_PRELOAD=$PRELOAD
-SRQ_E2E=$(find_file tests/srq/srq_e2e) || { echo "srq_e2e not built"; exit 1; }
-source "$top/tests/lib/netns.sh"
-if [ "$(id -u)" != 0 ] || ! command -v ibv_srq_pingpong >/dev/null; then
-  echo "SKIP: needs root and ibverbs-utils/perftest"; E2E_SKIPPED=1; e2e_finish; exit 0
-fi
-trap 'mroce_net_down >/dev/null 2>&1' EXIT
-mroce_net_up ${MROCE_E2E_IO:+--io $MROCE_E2E_IO} || { echo "mroce_net_up failed"; E2E_FAILED=1; e2e_finish; exit 1; }
-GID_A=$(gid_index in_a "$MROCE_DEV_A" "$MROCE_IP_A")
-GID_B=$(gid_index in_b "$MROCE_DEV_B" "$MROCE_IP_B")
-echo "GID index A=$GID_A B=$GID_B"
-
-# perftest between the namespaces, as tests/verbs/verbs_e2e_test.sh runs it
-# (-u 18: a 1 s IB timeout per try, for a loaded 2-vCPU machine).
-perf() {  # tool extra-args
-  local tool=$1; shift
-  pair "$tool" "in_a $tool -d $MROCE_DEV_A -x $GID_A -u 18 $*" "in_b $tool -d $MROCE_DEV_B -x $GID_B -u 18 $*"
-  perf_figure "$E2E_RUN_DIR/$tool.client.log"
-}
+SRQ_E2E=$(need_file tests/srq/srq_e2e) || exit 1
+verbs_e2e_up ibv_srq_pingpong
+# perftest through perf (tests/lib/verbs.sh: -u 18 for a loaded machine).
 
 t_srq_pingpong() {
   local s
