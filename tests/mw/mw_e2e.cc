@@ -18,201 +18,56 @@
 //   5. a bind beyond the MR completes IBV_WC_MW_BIND_ERR at the server; the
 //      type 1 window unbound, the MR deregisters.
 // The test script checks the servers' counters name each refusal.
-#include <arpa/inet.h>
 #include <infiniband/verbs.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <string>
 #include <vector>
 
+#include "tests/lib/verbs_setup.h"
+
 namespace {
 
-int g_failures = 0;
-#define EXPECT(c)                                                            \
-  do {                                                                       \
-    if (!(c)) {                                                              \
-      fprintf(stderr, "%s:%d: EXPECT(%s) failed\n", __FILE__, __LINE__, #c); \
-      g_failures++;                                                          \
-    }                                                                        \
-  } while (0)
-#define REQUIRE(c)                                                                      \
-  do {                                                                                  \
-    if (!(c)) {                                                                         \
-      fprintf(stderr, "%s:%d: REQUIRE(%s) failed (errno %d: %s)\n", __FILE__, __LINE__, \
-              #c, errno, strerror(errno));                                              \
-      exit(1);                                                                          \
-    }                                                                                   \
-  } while (0)
+using mroce_test::failures;
+using mroce_test::SideChannel;
 
 constexpr size_t kBuf = 1 << 16;
 constexpr uint64_t kT1Off = 4096, kT2Off = 16384, kWin = 8192;
-
-// ---- the TCP side channel ----
-int g_sock = -1;
-void put(const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n) {
-    ssize_t k = write(g_sock, c, n);
-    REQUIRE(k > 0);
-    c += k, n -= static_cast<size_t>(k);
-  }
-}
-void get(void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n) {
-    ssize_t k = read(g_sock, c, n);
-    REQUIRE(k > 0);
-    c += k, n -= static_cast<size_t>(k);
-  }
-}
-template <class T> void send_v(const T& v) { put(&v, sizeof v); }
-template <class T> T recv_v() {
-  T v;
-  get(&v, sizeof v);
-  return v;
-}
-void sync_point(char tag) {  // both sides: send tag, wait for the peer's
-  send_v(tag);
-  REQUIRE(recv_v<char>() == tag);
-}
-
-void tcp_listen(int port) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  REQUIRE(bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(listen(s, 1) == 0);
-  g_sock = accept(s, nullptr, nullptr);
-  REQUIRE(g_sock >= 0);
-  close(s);
-}
-void tcp_connect(const char* host, int port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  REQUIRE(inet_pton(AF_INET, host, &a.sin_addr) == 1);
-  time_t end = time(nullptr) + 60;
-  do {
-    g_sock = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(g_sock, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return;
-    close(g_sock);
-    usleep(100000);
-  } while (time(nullptr) < end);
-  REQUIRE(!"cannot connect to the server");
-}
 
 // ---- verbs ----
 struct Dev {
   ibv_context* ctx = nullptr;
   ibv_pd* pd = nullptr;
   ibv_cq* cq = nullptr;
-  ibv_gid gid{};
-  int gid_index = -1;
+  mroce_test::LocalPath path;
   std::vector<uint8_t> buf = std::vector<uint8_t>(kBuf);
   ibv_mr* mr = nullptr;  // the server's carries IBV_ACCESS_MW_BIND
 };
 
-int roce_v2_ipv4_gid(ibv_context* ctx, ibv_gid* gid) {
-  ibv_port_attr pa;
-  if (ibv_query_port(ctx, 1, &pa)) return -1;
-  static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  for (int i = 0; i < pa.gid_tbl_len; i++) {
-    ibv_gid_entry e;
-    if (ibv_query_gid_ex(ctx, 1, i, &e, 0)) continue;
-    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(e.gid.raw, v4, 12) == 0) {
-      *gid = e.gid;
-      return i;
-    }
-  }
-  return -1;
-}
-
 void open_dev(const char* name, int mr_access, Dev* d) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  for (int i = 0; list && i < n; i++)
-    if (strcmp(ibv_get_device_name(list[i]), name) == 0) d->ctx = ibv_open_device(list[i]);
-  if (list) ibv_free_device_list(list);
-  REQUIRE(d->ctx);
+  REQUIRE((d->ctx = mroce_test::open_device(name)));
   REQUIRE((d->pd = ibv_alloc_pd(d->ctx)));
-  REQUIRE((d->cq = ibv_create_cq(d->ctx, 256, nullptr, nullptr, 0)));
-  REQUIRE((d->gid_index = roce_v2_ipv4_gid(d->ctx, &d->gid)) >= 0);
-  REQUIRE((d->mr = ibv_reg_mr(d->pd, d->buf.data(), kBuf, mr_access)));
-}
-
-struct QpInfo {
-  uint32_t qpn;
-  ibv_gid gid;
-};
-
-ibv_qp* create_qp(Dev& d) {
-  ibv_qp_init_attr ia{};
-  ia.send_cq = ia.recv_cq = d.cq;
-  ia.qp_type = IBV_QPT_RC;
-  ia.cap = {16, 16, 1, 1, 0};
-  ibv_qp* qp = ibv_create_qp(d.pd, &ia);
-  REQUIRE(qp);
-  return qp;
-}
-
-void connect_qp(Dev& d, ibv_qp* qp, const QpInfo& peer) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  REQUIRE(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                     IBV_QP_ACCESS_FLAGS));
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = peer.qpn;
-  a.rq_psn = 100;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = peer.gid;
-  a.ah_attr.grh.sgid_index = static_cast<uint8_t>(d.gid_index);
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  REQUIRE(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                     IBV_QP_MIN_RNR_TIMER));
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 100;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
-  REQUIRE(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                                     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                     IBV_QP_MAX_QP_RD_ATOMIC));
+  REQUIRE((d->cq = mroce_test::create_cq(d->ctx, 256)));
+  REQUIRE(mroce_test::local_path(d->ctx, &d->path) == 0);
+  REQUIRE((d->mr = mroce_test::reg_mr(d->pd, d->buf.data(), kBuf, mr_access)));
 }
 
 // A new connected QP pair: each side sends its QP, then connects to the peer's.
-ibv_qp* session(Dev& d) {
-  ibv_qp* qp = create_qp(d);
-  send_v(QpInfo{qp->qp_num, d.gid});
-  connect_qp(d, qp, recv_v<QpInfo>());
-  sync_point('c');
+ibv_qp* session(Dev& d, SideChannel& ch) {
+  ibv_qp* qp = mroce_test::create_qp(d.pd, d.cq, IBV_QPT_RC, {16, 16, 1, 1, 0});
+  REQUIRE(qp);
+  mroce_test::RcOptions o;  // no remote atomics
+  o.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  o.min_rnr_timer = 1;
+  REQUIRE(mroce_test::exchange_and_connect(ch, qp, d.path, o) == 0);
   return qp;
 }
 
 ibv_wc wait_wc(ibv_cq* cq) {
   ibv_wc wc{};
-  time_t end = time(nullptr) + 60;
-  while (time(nullptr) < end)
-    if (ibv_poll_cq(cq, 1, &wc) == 1) return wc;
-  REQUIRE(!"no completion within 60 s");
+  REQUIRE(mroce_test::poll_one(cq, &wc, 60));
   return wc;
 }
 
@@ -294,26 +149,26 @@ int server(const char* dev, int port) {
   ibv_mw* t1 = ibv_alloc_mw(d.pd, IBV_MW_TYPE_1);
   ibv_mw* t2 = ibv_alloc_mw(d.pd, IBV_MW_TYPE_2);
   REQUIRE(t1 && t2);
-  tcp_listen(port);
+  SideChannel ch = SideChannel::listen_on(port);
   uint8_t* base = d.buf.data();
   uint64_t va = reinterpret_cast<uintptr_t>(base);
   constexpr int kRw = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
 
   printf("session 1: WRITE/READ through type 1 and type 2 windows, SEND_WITH_INV\n");
-  ibv_qp* qp = session(d);
+  ibv_qp* qp = session(d, ch);
   bind_type1(d, qp, t1, kT1Off, kWin, kRw);
   bind_type2(d, qp, t2, kT2Off, kWin, kRw, IBV_WC_SUCCESS);
   fill(base + kT1Off + kWin - 2048, 2048, 7);  // the client READs these
   fill(base + kT2Off, 2048, 9);
-  send_v(Window{va + kT1Off, t1->rkey});
-  send_v(Window{va + kT2Off, t2->rkey});
+  ch.send(Window{va + kT1Off, t1->rkey});
+  ch.send(Window{va + kT2Off, t2->rkey});
   post_recv(d, qp);
-  sync_point('w');  // the client wrote and read
+  ch.sync('w');  // the client wrote and read
   EXPECT(check(base + kT1Off, 4096, 1));
   EXPECT(check(base + kT2Off + 4096, 4096, 2));
   errno = 0;
   EXPECT(ibv_dereg_mr(d.mr) == EBUSY);  // windows are bound to it
-  sync_point('i');  // the client sent SEND_WITH_INV
+  ch.sync('i');  // the client sent SEND_WITH_INV
   ibv_wc wc = wait_wc(d.cq);
   printf("  receive: %s flags 0x%x invalidated_rkey 0x%x (window 0x%x)\n", st(wc), wc.wc_flags,
          wc.invalidated_rkey, t2->rkey);
@@ -321,31 +176,31 @@ int server(const char* dev, int port) {
   EXPECT(wc.opcode == IBV_WC_RECV);
   EXPECT(wc.wc_flags & IBV_WC_WITH_INV);
   EXPECT(wc.invalidated_rkey == t2->rkey);
-  sync_point('x');  // the client's WRITE through the invalidated window failed
+  ch.sync('x');  // the client's WRITE through the invalidated window failed
   ibv_destroy_qp(qp);
 
   printf("session 2: a read-only type 2 window refuses a WRITE\n");
-  qp = session(d);
+  qp = session(d, ch);
   ibv_mw* ro = ibv_alloc_mw(d.pd, IBV_MW_TYPE_2);
   REQUIRE(ro);
   bind_type2(d, qp, ro, kT2Off, kWin, IBV_ACCESS_REMOTE_READ, IBV_WC_SUCCESS);
-  send_v(Window{va + kT2Off, ro->rkey});
-  sync_point('x');
+  ch.send(Window{va + kT2Off, ro->rkey});
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
   printf("session 3: a READ beyond the type 1 window\n");
-  qp = session(d);
-  send_v(Window{va + kT1Off, t1->rkey});
-  sync_point('x');
+  qp = session(d, ch);
+  ch.send(Window{va + kT1Off, t1->rkey});
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
   printf("session 4: LOCAL_INV\n");
-  qp = session(d);
+  qp = session(d, ch);
   ibv_mw* li = ibv_alloc_mw(d.pd, IBV_MW_TYPE_2);
   REQUIRE(li);
   uint32_t rkey = bind_type2(d, qp, li, kT2Off, kWin, kRw, IBV_WC_SUCCESS);
-  send_v(Window{va + kT2Off, rkey});
-  sync_point('r');  // the client READ through it
+  ch.send(Window{va + kT2Off, rkey});
+  ch.sync('r');  // the client READ through it
   ibv_send_wr inv{}, *bad = nullptr;
   inv.wr_id = 4;
   inv.opcode = IBV_WR_LOCAL_INV;
@@ -356,24 +211,24 @@ int server(const char* dev, int port) {
   printf("  LOCAL_INV: %s\n", st(wc));
   EXPECT(wc.status == IBV_WC_SUCCESS);
   EXPECT(wc.opcode == IBV_WC_LOCAL_INV);
-  sync_point('l');
-  sync_point('x');
+  ch.sync('l');
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
   printf("session 5: a bind beyond the MR, then unbind and deregister\n");
-  qp = session(d);
+  qp = session(d, ch);
   ibv_mw* big = ibv_alloc_mw(d.pd, IBV_MW_TYPE_2);
   REQUIRE(big);
   bind_type2(d, qp, big, kT2Off, kBuf * 16, kRw, IBV_WC_MW_BIND_ERR);
   ibv_destroy_qp(qp);
-  qp = session(d);
+  qp = session(d, ch);
   bind_type1(d, qp, t1, 0, 0, 0);  // zero length: unbind
   for (ibv_mw* w : {t1, t2, ro, li, big}) EXPECT(ibv_dealloc_mw(w) == 0);
   EXPECT(ibv_dereg_mr(d.mr) == 0);
-  sync_point('e');
+  ch.sync('e');
   ibv_destroy_qp(qp);
-  printf("server: %d failures\n", g_failures);
-  return g_failures ? 1 : 0;
+  printf("server: %d failures\n", failures());
+  return failures() ? 1 : 0;
 }
 
 // ---- client ----
@@ -398,11 +253,11 @@ ibv_wc rdma(Dev& d, ibv_qp* qp, ibv_wr_opcode op, const Window& w, uint64_t off,
 int client(const char* dev, int port, const char* host) {
   Dev d;
   open_dev(dev, IBV_ACCESS_LOCAL_WRITE, &d);
-  tcp_connect(host, port);
+  SideChannel ch = SideChannel::connect_to(host, port);
   uint8_t* base = d.buf.data();
 
-  ibv_qp* qp = session(d);
-  Window w1 = recv_v<Window>(), w2 = recv_v<Window>();
+  ibv_qp* qp = session(d, ch);
+  Window w1 = ch.recv<Window>(), w2 = ch.recv<Window>();
   fill(base, 4096, 1);
   fill(base + 4096, 4096, 2);
   EXPECT(rdma(d, qp, IBV_WR_RDMA_WRITE, w1, 0, 4096, 0).status == IBV_WC_SUCCESS);
@@ -411,8 +266,8 @@ int client(const char* dev, int port, const char* host) {
   EXPECT(rdma(d, qp, IBV_WR_RDMA_READ, w2, 0, 2048, 24000).status == IBV_WC_SUCCESS);
   EXPECT(check(base + 20000, 2048, 7));
   EXPECT(check(base + 24000, 2048, 9));
-  sync_point('w');
-  sync_point('i');
+  ch.sync('w');
+  ch.sync('i');
   ibv_sge s = {reinterpret_cast<uintptr_t>(base), 100, d.mr->lkey};
   ibv_send_wr wr{}, *bad = nullptr;
   wr.wr_id = 11;
@@ -426,38 +281,38 @@ int client(const char* dev, int port, const char* host) {
   printf("  SEND_WITH_INV: %s\n", st(wc));
   EXPECT(wc.status == IBV_WC_SUCCESS);
   EXPECT(rdma(d, qp, IBV_WR_RDMA_WRITE, w2, 0, 64, 0).status == IBV_WC_REM_ACCESS_ERR);
-  sync_point('x');
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
-  qp = session(d);  // 2: read-only window
-  Window ro = recv_v<Window>();
+  qp = session(d, ch);  // 2: read-only window
+  Window ro = ch.recv<Window>();
   EXPECT(rdma(d, qp, IBV_WR_RDMA_WRITE, ro, 0, 64, 0).status == IBV_WC_REM_ACCESS_ERR);
-  sync_point('x');
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
-  qp = session(d);  // 3: beyond the type 1 window, inside its MR
-  w1 = recv_v<Window>();
+  qp = session(d, ch);  // 3: beyond the type 1 window, inside its MR
+  w1 = ch.recv<Window>();
   EXPECT(rdma(d, qp, IBV_WR_RDMA_READ, w1, kWin - 100, 200, 20000).status ==
          IBV_WC_REM_ACCESS_ERR);
-  sync_point('x');
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
-  qp = session(d);  // 4: LOCAL_INV
-  Window li = recv_v<Window>();
+  qp = session(d, ch);  // 4: LOCAL_INV
+  Window li = ch.recv<Window>();
   EXPECT(rdma(d, qp, IBV_WR_RDMA_READ, li, 0, 64, 20000).status == IBV_WC_SUCCESS);
-  sync_point('r');
-  sync_point('l');
+  ch.sync('r');
+  ch.sync('l');
   EXPECT(rdma(d, qp, IBV_WR_RDMA_READ, li, 0, 64, 20000).status == IBV_WC_REM_ACCESS_ERR);
-  sync_point('x');
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
-  qp = session(d);  // 5: the server's bind fails; nothing to do here
+  qp = session(d, ch);  // 5: the server's bind fails; nothing to do here
   ibv_destroy_qp(qp);
-  qp = session(d);
-  sync_point('e');
+  qp = session(d, ch);
+  ch.sync('e');
   ibv_destroy_qp(qp);
-  printf("client: %d failures\n", g_failures);
-  return g_failures ? 1 : 0;
+  printf("client: %d failures\n", failures());
+  return failures() ? 1 : 0;
 }
 
 }  // namespace
