@@ -14,88 +14,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <string>
 #include <vector>
 
+#include "tests/lib/verbs_setup.h"
+
 namespace {
 
-int g_failures = 0;
-#define EXPECT(c)                                                            \
-  do {                                                                       \
-    if (!(c)) {                                                              \
-      fprintf(stderr, "%s:%d: EXPECT(%s) failed\n", __FILE__, __LINE__, #c); \
-      g_failures++;                                                          \
-    }                                                                        \
-  } while (0)
-#define REQUIRE(c)                                                                \
-  do {                                                                            \
-    if (!(c)) {                                                                   \
-      fprintf(stderr, "%s:%d: REQUIRE(%s) failed (errno %d: %s)\n", __FILE__,     \
-              __LINE__, #c, errno, strerror(errno));                              \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
+using mroce_test::checksum;
+using mroce_test::failures;
+using mroce_test::has;
+using mroce_test::open_device;
+using mroce_test::roce_v2_ipv4_gid;
+// What the provider printed while a call was refused (METAROCE_DEBUG=1).
+using Reason = mroce_test::StderrCapture;
 
 constexpr uint32_t kGrh = 40;
 constexpr uint32_t kQkey = 0x11111111;
-
-// Captures what the provider prints to stderr (METAROCE_DEBUG=1) while a
-// call is refused, so a test can check the reason, not only the errno.
-class Reason {
- public:
-  Reason() {
-    fflush(stderr);
-    f_ = tmpfile();
-    saved_ = dup(2);
-    dup2(fileno(f_), 2);
-  }
-  std::string text() {
-    fflush(stderr);
-    dup2(saved_, 2);
-    close(saved_);
-    std::string s;
-    rewind(f_);
-    char buf[512];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), f_)) > 0) s.append(buf, n);
-    fclose(f_);
-    fprintf(stderr, "  reason: %s", s.c_str());
-    return s;
-  }
-
- private:
-  FILE *f_;
-  int saved_;
-};
-bool has(const std::string &s, const char *what) { return s.find(what) != std::string::npos; }
-
-ibv_context *open_dev(const char *name) {
-  int n = 0;
-  ibv_device **list = ibv_get_device_list(&n);
-  ibv_context *ctx = nullptr;
-  for (int i = 0; list && i < n; i++)
-    if (strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
-  if (list) ibv_free_device_list(list);
-  return ctx;
-}
-
-int roce_v2_ipv4_gid(ibv_context *ctx, ibv_gid *gid) {
-  ibv_port_attr pa;
-  REQUIRE(ibv_query_port(ctx, 1, &pa) == 0);
-  for (int i = 0; i < pa.gid_tbl_len; i++) {
-    ibv_gid_entry e;
-    if (ibv_query_gid_ex(ctx, 1, i, &e, 0)) continue;
-    static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(e.gid.raw, v4, 12) == 0) {
-      *gid = e.gid;
-      return i;
-    }
-  }
-  return -1;
-}
 
 ibv_cq_ex *make_cq_ex(ibv_context *ctx, uint32_t cqe = 64) {
   ibv_cq_init_attr_ex ca{};
@@ -118,41 +54,6 @@ ibv_qp *make_qp_ex(ibv_pd *pd, ibv_cq_ex *cq, ibv_qp_type type, uint64_t ops,
   return ibv_create_qp_ex(pd->context, &a);
 }
 
-void connect_rc(ibv_qp *qp, uint32_t dest, int gid_index, const ibv_gid &gid, ibv_mtu mtu) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                    IBV_QP_ACCESS_FLAGS) == 0);
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = mtu;
-  a.dest_qp_num = dest;
-  a.rq_psn = 100;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid;
-  a.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                    IBV_QP_MIN_RNR_TIMER) == 0);
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 100;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                                    IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                    IBV_QP_MAX_QP_RD_ATOMIC) == 0);
-}
-
 // One completion as the read_* accessors give it.
 struct Wc {
   uint64_t wr_id;
@@ -167,8 +68,7 @@ struct Wc {
 
 // Polls one completion with start_poll/end_poll (30 s deadline).
 bool poll_ex(ibv_cq_ex *cq, Wc *out) {
-  timespec t0, t;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  mroce_test::Deadline deadline(30);
   for (;;) {
     ibv_poll_cq_attr pa{};
     int r = ibv_start_poll(cq, &pa);
@@ -188,27 +88,18 @@ bool poll_ex(ibv_cq_ex *cq, Wc *out) {
       ibv_end_poll(cq);
       return true;
     }
-    if (r != ENOENT) return false;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    if (t.tv_sec - t0.tv_sec > 30) {
-      fprintf(stderr, "timeout waiting for a completion\n");
+    if (r != ENOENT) {
+      fprintf(stderr, "ibv_start_poll failed: %d\n", r);
+      return false;
+    }
+    if (deadline.passed()) {
+      fprintf(stderr, "no completion within 30 s\n");
       return false;
     }
   }
 }
 
-uint32_t checksum(const uint8_t *p, size_t n) {  // FNV-1a
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
-  return h;
-}
-
-void fill(uint8_t *p, size_t n, uint32_t seed) {
-  for (size_t i = 0; i < n; i++) {
-    seed = seed * 1103515245u + 12345u;
-    p[i] = static_cast<uint8_t>(seed >> 16);
-  }
-}
+void fill(uint8_t *p, size_t n, uint32_t seed) { mroce_test::fill_random(p, n, seed); }
 
 // ---------------- RC ----------------
 
@@ -234,21 +125,17 @@ struct Rc {
 void make_rc(Rc *p, ibv_context *ctx) {
   p->ctx = ctx;
   REQUIRE((p->pd = ibv_alloc_pd(ctx)));
-  ibv_gid gid;
-  int gi = roce_v2_ipv4_gid(ctx, &gid);
-  REQUIRE(gi >= 0);
-  ibv_port_attr pa;
-  REQUIRE(ibv_query_port(ctx, 1, &pa) == 0);
   for (int i = 0; i < 2; i++) {
     p->cq[i] = make_cq_ex(ctx);
     REQUIRE((p->qp[i] = make_qp_ex(p->pd, p->cq[i], IBV_QPT_RC, kRcOps)));
     p->buf[i].assign(1 << 20, 0);
-    REQUIRE((p->mr[i] = ibv_reg_mr(p->pd, p->buf[i].data(), p->buf[i].size(),
-                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)));
+    REQUIRE((p->mr[i] = mroce_test::reg_mr(p->pd, p->buf[i].data(), p->buf[i].size(),
+                                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                               IBV_ACCESS_REMOTE_READ |
+                                               IBV_ACCESS_REMOTE_ATOMIC)));
   }
-  connect_rc(p->qp[0], p->qp[1]->qp_num, gi, gid, pa.active_mtu);
-  connect_rc(p->qp[1], p->qp[0]->qp_num, gi, gid, pa.active_mtu);
+  REQUIRE(mroce_test::connect_loopback(p->qp[0], p->qp[1], mroce_test::RcOptions{},
+                                       /*use_port_mtu=*/true) == 0);
   REQUIRE((p->x = ibv_qp_to_qp_ex(p->qp[0])));
 }
 
@@ -466,11 +353,11 @@ void rc_create_refusals(Rc *p) {
   // An opcode left out of send_ops_flags fails the batch.
   ibv_qp *q = make_qp_ex(p->pd, p->cq[0], IBV_QPT_RC, IBV_QP_EX_WITH_SEND);
   REQUIRE(q);
-  ibv_gid gid;
-  int gi = roce_v2_ipv4_gid(p->ctx, &gid);
-  ibv_port_attr pa;
-  REQUIRE(ibv_query_port(p->ctx, 1, &pa) == 0);
-  connect_rc(q, p->qp[1]->qp_num, gi, gid, pa.active_mtu);
+  mroce_test::LocalPath path;
+  REQUIRE(mroce_test::local_path(p->ctx, &path) == 0);
+  mroce_test::RcOptions o;
+  o.mtu = path.active_mtu;
+  REQUIRE(mroce_test::connect_rc(q, {p->qp[1]->qp_num, path.gid, path.gid_index}, o) == 0);
   ibv_qp_ex *x = ibv_qp_to_qp_ex(q);
   ibv_wr_start(x);
   ibv_wr_rdma_read(x, 1, 0);
@@ -497,19 +384,13 @@ void rc_poll_cq_on_cq_ex(Rc *p) {
   ibv_wr_set_sge(p->x, p->mr[0]->lkey, p->laddr(0), 16);
   REQUIRE(ibv_wr_complete(p->x) == 0);
   ibv_wc wc{};
-  timespec t0, t;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  int n = 0;
-  while ((n = ibv_poll_cq(ibv_cq_ex_to_cq(p->cq[0]), 1, &wc)) == 0) {
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    if (t.tv_sec - t0.tv_sec > 30) break;
-  }
-  EXPECT(n == 1 && wc.wr_id == 30 && wc.status == IBV_WC_SUCCESS);
+  bool got = mroce_test::poll_one(ibv_cq_ex_to_cq(p->cq[0]), &wc, 30);
+  EXPECT(got && wc.wr_id == 30 && wc.status == IBV_WC_SUCCESS);
   printf("  ibv_poll_cq on a cq_ex ok\n");
 }
 
 int case_rc(const char *dev) {
-  ibv_context *ctx = open_dev(dev);
+  ibv_context *ctx = open_device(dev);
   REQUIRE(ctx);
   Rc p;
   make_rc(&p, ctx);
@@ -526,7 +407,7 @@ int case_rc(const char *dev) {
   }
   ibv_dealloc_pd(p.pd);
   ibv_close_device(ctx);
-  return g_failures ? 1 : 0;
+  return failures() ? 1 : 0;
 }
 
 // ---------------- UD ----------------
@@ -536,16 +417,7 @@ ibv_qp *ud_qp(ibv_pd *pd, ibv_cq_ex *cq, uint32_t recv_wr) {
                           IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM,
                           {16, recv_wr, 1, 1, 64});
   REQUIRE(qp);
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qkey = kQkey;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0);
-  a.qp_state = IBV_QPS_RTR;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0);
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 1;
-  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
+  REQUIRE(mroce_test::ud_to_rts(qp, kQkey) == 0);
   return qp;
 }
 
@@ -559,7 +431,7 @@ int ud_post_recv(ibv_qp *qp, ibv_mr *mr, uint8_t *at, uint64_t id) {
 }
 
 int case_ud(const char *dev) {
-  ibv_context *ctx = open_dev(dev);
+  ibv_context *ctx = open_device(dev);
   REQUIRE(ctx);
   ibv_device_attr_ex dx;
   REQUIRE(ibv_query_device_ex(ctx, nullptr, &dx) == 0);
@@ -571,16 +443,10 @@ int case_ud(const char *dev) {
   REQUIRE(pd);
   ibv_cq_ex *cq = make_cq_ex(ctx, 2 * max_wr);
   std::vector<uint8_t> buf(1 << 16);
-  ibv_mr *mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr *mr = mroce_test::reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
   REQUIRE(mr);
   ibv_qp *tx = ud_qp(pd, cq, 16), *rx = ud_qp(pd, cq, max_wr);
-  ibv_ah_attr aa{};
-  aa.is_global = 1;
-  aa.port_num = 1;
-  aa.grh.dgid = gid;
-  aa.grh.sgid_index = static_cast<uint8_t>(gi);
-  aa.grh.hop_limit = 64;
-  ibv_ah *ah = ibv_create_ah(pd, &aa);
+  ibv_ah *ah = mroce_test::create_ah(pd, gid, gi);
   REQUIRE(ah);
 
   // As UCX does: max_qp_wr receives on one UD QP. (More are not refused
@@ -644,7 +510,7 @@ int case_ud(const char *dev) {
   ibv_dereg_mr(mr);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
-  return g_failures ? 1 : 0;
+  return failures() ? 1 : 0;
 }
 
 // ---------------- limits and query_qp ----------------
@@ -663,11 +529,7 @@ void expect_qp_refused(ibv_pd *pd, ibv_cq *cq, ibv_qp_cap cap, const char *reaso
 }
 
 ibv_qp *rc_qp(ibv_pd *pd, ibv_cq *cq, ibv_qp_cap cap) {
-  ibv_qp_init_attr a{};
-  a.send_cq = a.recv_cq = cq;
-  a.qp_type = IBV_QPT_RC;
-  a.cap = cap;
-  return ibv_create_qp(pd, &a);
+  return mroce_test::create_qp(pd, cq, IBV_QPT_RC, cap);
 }
 
 void limits_qp_caps(ibv_pd *pd, ibv_cq *cq, const ibv_device_attr &d) {
@@ -712,12 +574,8 @@ void limits_cq_srq(ibv_context *ctx, ibv_pd *pd, const ibv_device_attr &d) {
 void limits_rd_atomic(ibv_pd *pd, ibv_cq *cq, const ibv_device_attr &d) {
   ibv_qp *q = rc_qp(pd, cq, {1, 1, 1, 1, 0});
   REQUIRE(q);
+  REQUIRE(mroce_test::modify_to_init(q, 0) == 0);
   ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  REQUIRE(ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                   IBV_QP_ACCESS_FLAGS) == 0);
-  a = {};
   a.max_dest_rd_atomic = static_cast<uint8_t>(d.max_qp_rd_atom + 1);
   a.qp_state = IBV_QPS_INIT;
   Reason r;
@@ -736,11 +594,7 @@ void limits_mcast(ibv_pd *pd, ibv_cq *cq, const ibv_device_attr &d) {
   g.raw[12] = 239, g.raw[13] = 9, g.raw[14] = 9, g.raw[15] = 9;
   std::vector<ibv_qp *> qps;
   for (int i = 0; i <= d.max_mcast_qp_attach; i++) {
-    ibv_qp_init_attr a{};
-    a.send_cq = a.recv_cq = cq;
-    a.qp_type = IBV_QPT_UD;
-    a.cap = {1, 1, 1, 1, 0};
-    ibv_qp *q = ibv_create_qp(pd, &a);
+    ibv_qp *q = mroce_test::create_qp(pd, cq, IBV_QPT_UD, {1, 1, 1, 1, 0});
     REQUIRE(q);
     qps.push_back(q);
     int err = ibv_attach_mcast(q, &g, 0);
@@ -756,12 +610,7 @@ void limits_mcast(ibv_pd *pd, ibv_cq *cq, const ibv_device_attr &d) {
 void query_qp_masks(ibv_pd *pd, ibv_cq *cq) {
   ibv_qp *q = rc_qp(pd, cq, {8, 8, 2, 2, 32});
   REQUIRE(q);
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  REQUIRE(ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                   IBV_QP_ACCESS_FLAGS) == 0);
+  REQUIRE(mroce_test::modify_to_init(q, IBV_ACCESS_REMOTE_WRITE) == 0);
   ibv_qp_attr got;
   ibv_qp_init_attr init;
   memset(&got, 0xab, sizeof(got));
@@ -779,7 +628,7 @@ void query_qp_masks(ibv_pd *pd, ibv_cq *cq) {
 }
 
 int case_limits(const char *dev) {
-  ibv_context *ctx = open_dev(dev);
+  ibv_context *ctx = open_device(dev);
   REQUIRE(ctx);
   ibv_device_attr_ex dx;
   memset(&dx, 0xab, sizeof(dx));
@@ -803,7 +652,7 @@ int case_limits(const char *dev) {
   v.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
   EXPECT(ibv_query_rt_values_ex(ctx, &v) == EOPNOTSUPP);  // no clock is offered
   ibv_pd *pd = ibv_alloc_pd(ctx);
-  ibv_cq *cq = ibv_create_cq(ctx, 256, nullptr, nullptr, 0);
+  ibv_cq *cq = mroce_test::create_cq(ctx, 256);
   REQUIRE(pd && cq);
   limits_qp_caps(pd, cq, d);
   limits_cq_srq(ctx, pd, d);
@@ -813,7 +662,7 @@ int case_limits(const char *dev) {
   ibv_destroy_cq(cq);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
-  return g_failures ? 1 : 0;
+  return failures() ? 1 : 0;
 }
 
 }  // namespace
@@ -827,6 +676,6 @@ int main(int argc, char **argv) {
   }
   std::string c = argv[1];
   int rc = c == "rc" ? case_rc(argv[2]) : c == "ud" ? case_ud(argv[2]) : c == "limits" ? case_limits(argv[2]) : 2;
-  printf("%s: %s (%d failures)\n", argv[1], rc ? "FAILED" : "ok", g_failures);
+  printf("%s: %s (%d failures)\n", argv[1], rc ? "FAILED" : "ok", failures());
   return rc;
 }

@@ -12,26 +12,8 @@ top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}
 top=${top:-$(cd "$here/../.." && pwd)}
 source "$top/tests/lib/e2e.sh"
 source "$top/tests/lib/verbs.sh"
-EXTAPI_E2E=$(find_file tests/extapi/extapi_e2e) || { echo "extapi_e2e not built"; exit 1; }
-PRELOAD=$(find_file kmod-shim/launcher/libmetaroce-preload.so) || { echo "interposer not built"; exit 1; }
-export METAROCE_PRELOAD=$PRELOAD
-LAUNCHER=$top/kmod-shim/launcher/metaroce-run
-launch_a() { mroce_in_a env -u RDMAV_DRIVERS timeout 90 "$LAUNCHER" "$@"; }
-launch_b() { mroce_in_b env -u RDMAV_DRIVERS timeout 90 "$LAUNCHER" "$@"; }
-
-source "$top/tests/lib/netns.sh"
-if [ "$(id -u)" != 0 ] || ! command -v ibv_rc_pingpong >/dev/null; then
-  echo "SKIP: needs root and ibverbs-utils"; E2E_SKIPPED=1; e2e_finish; exit 0
-fi
-if ! mroce_find_bin metaroced firmware-model/daemon/metaroced >/dev/null 2>&1 && [ -z "${METAROCED:-}" ]; then
-  echo "SKIP: metaroced is not built (bazel build //firmware-model/daemon:metaroced)"
-  E2E_SKIPPED=1; e2e_finish; exit 0
-fi
-trap 'mroce_net_down >/dev/null 2>&1' EXIT
-mroce_net_up ${MROCE_E2E_IO:+--io $MROCE_E2E_IO} || { echo "mroce_net_up failed"; E2E_FAILED=1; e2e_finish; exit 1; }
-GID_A=$(gid_index in_a "$MROCE_DEV_A" "$MROCE_IP_A")
-GID_B=$(gid_index in_b "$MROCE_DEV_B" "$MROCE_IP_B")
-echo "GID index A=$GID_A B=$GID_B io=${MROCE_E2E_IO:-auto}"
+EXTAPI_E2E=$(need_file tests/extapi/extapi_e2e) || exit 1
+verbs_e2e_up ibv_rc_pingpong
 
 t_rc() { in_a "$EXTAPI_E2E" rc "$MROCE_DEV_A"; }
 t_ud() { in_a "$EXTAPI_E2E" ud "$MROCE_DEV_A"; }
