@@ -339,7 +339,7 @@ void rc_create_refusals(Rc *p) {
     const char *reason;
   } cases[] = {{IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ, "not supported on this QP type"},
                {IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE, "not supported on this QP type"},
-               {IBV_QPT_UC, IBV_QP_EX_WITH_BIND_MW, "not supported on this QP type"},
+               {IBV_QPT_UC, IBV_QP_EX_WITH_SEND_WITH_INV, "not supported on this QP type"},
                {IBV_QPT_RC, IBV_QP_EX_WITH_TSO, "not supported on this QP type"}};
   for (auto &c : cases) {
     Reason r;
