@@ -103,6 +103,15 @@ engine_counter() {  # a|b name
     awk -v n="$2" '$1 == n || $1 == n":" {print $NF; found=1; exit} END {if (!found) print "missing"}'
 }
 
+# Fails the case unless device a's (or b's) counter is at least a minimum.
+expect_counter() {  # [a|b] name minimum (default a)
+  local side=a v
+  [ $# = 3 ] && { side=$1; shift; }
+  v=$(engine_counter "$side" "$1")
+  echo "$side: $1 = $v"
+  [ "$v" != missing ] && [ "$v" -ge "$2" ] || e2e_fail "counter $1 of $side = $v, want >= $2"
+}
+
 # perftest prints one row of figures under its header; show and require it.
 perf_figure() {  # logfile
   local row
@@ -121,4 +130,8 @@ perf() {  # tool extra-args
   local tool=$1; shift
   pair "$tool" "in_a $tool -d $MROCE_DEV_A -x $GID_A -u 18 $*" "in_b $tool -d $MROCE_DEV_B -x $GID_B -u 18 $*"
   perf_figure "$E2E_RUN_DIR/$tool.client.log"
+}
+# perftest says what it ran; a case passes only if it ran that.
+ran() {  # tool pattern (in the client's log of the last perf)
+  grep -q "$2" "$E2E_RUN_DIR/$1.client.log" || e2e_fail "$1 did not run with '$2'"
 }

@@ -118,7 +118,8 @@ ibv_cq *create_cq(ibv_context *ctx, int cqe) {
   return cq;
 }
 
-ibv_qp *create_qp(ibv_pd *pd, ibv_cq *cq, ibv_qp_type type, ibv_qp_cap cap, ibv_srq *srq) {
+ibv_qp *create_qp(ibv_pd *pd, ibv_cq *cq, ibv_qp_type type, ibv_qp_cap cap, ibv_srq *srq,
+                  ibv_qp_cap *granted) {
   ibv_qp_init_attr ia{};
   ia.send_cq = ia.recv_cq = cq;
   ia.srq = srq;
@@ -129,6 +130,8 @@ ibv_qp *create_qp(ibv_pd *pd, ibv_cq *cq, ibv_qp_type type, ibv_qp_cap cap, ibv_
     fprintf(stderr, "ibv_create_qp(type %d, wr %u/%u, sge %u/%u, inline %u%s) failed: %s\n",
             type, cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge,
             cap.max_inline_data, srq ? ", on an SRQ" : "", strerror(errno));
+  else if (granted)
+    *granted = ia.cap;
   return qp;
 }
 
@@ -163,8 +166,9 @@ int modify_to_rtr(ibv_qp *qp, const RcPeer &peer, const RcOptions &o) {
   a.ah_attr.grh.sgid_index = static_cast<uint8_t>(peer.sgid_index);
   a.ah_attr.grh.hop_limit = 64;
   a.ah_attr.port_num = 1;
-  return modify(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+  if (qp->qp_type != IBV_QPT_UC) mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  return modify(qp, &a, mask);
 }
 
 int modify_to_rts(ibv_qp *qp, const RcOptions &o) {
@@ -175,8 +179,10 @@ int modify_to_rts(ibv_qp *qp, const RcOptions &o) {
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = o.rd_atomic;
-  return modify(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                            IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+  int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+  if (qp->qp_type != IBV_QPT_UC)
+    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  return modify(qp, &a, mask);
 }
 
 int connect_rc(ibv_qp *qp, const RcPeer &peer, const RcOptions &o) {

@@ -77,16 +77,19 @@ int local_path(ibv_context *ctx, LocalPath *path);
 
 // A CQ of `cqe` entries without a channel; nullptr (printed) on failure.
 ibv_cq *create_cq(ibv_context *ctx, int cqe);
-// A QP of `type` on one CQ for both queues (its receives on `srq` if given).
+// A QP of `type` on one CQ for both queues (its receives on `srq` if given);
+// the capabilities the device granted in *granted, if given.
 ibv_qp *create_qp(ibv_pd *pd, ibv_cq *cq, ibv_qp_type type, ibv_qp_cap cap,
-                  ibv_srq *srq = nullptr);
+                  ibv_srq *srq = nullptr, ibv_qp_cap *granted = nullptr);
 // ibv_reg_mr, printing what was refused.
 ibv_mr *reg_mr(ibv_pd *pd, void *addr, size_t len, int access);
 
 // ---- connecting ----
 
 // How an RC (or UC) QP is taken INIT -> RTR -> RTS. PSNs start at 100;
-// timeout 14, retry and RNR retry 7.
+// timeout 14, retry and RNR retry 7. A UC QP is given only the attributes
+// IB allows it (no responder resources, RNR timer, timeout or retries), and
+// `access` should then leave out IBV_ACCESS_REMOTE_READ and _ATOMIC.
 struct RcOptions {
   int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                IBV_ACCESS_REMOTE_ATOMIC;

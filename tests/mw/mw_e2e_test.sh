@@ -14,12 +14,6 @@ source "$top/tests/lib/verbs.sh"
 MW_E2E=$(need_file tests/mw/mw_e2e) || exit 1
 verbs_e2e_up
 
-expect_counter() {  # name minimum
-  local v; v=$(engine_counter a "$1")
-  echo "$1 = $v"
-  [ "$v" != missing ] && [ "$v" -ge "$2" ] || e2e_fail "counter $1 = $v, want >= $2"
-}
-
 t_windows() {
   pair mw "in_a $MW_E2E server $MROCE_DEV_A" "in_b $MW_E2E client $MROCE_DEV_B"
   expect_counter mw_binds 5                  # a type 1 bind and unbind, 3 type 2 binds

@@ -3,8 +3,7 @@
 // the other):
 //   mw_wr_e2e server DEV -p PORT         owns the memory and its windows
 //   mw_wr_e2e client DEV -p PORT SERVER  accesses it through them
-// Setup is kept minimal here (TCP side channel, one device, one MR): the
-// shared tests/lib verbs-setup library was not on main when this was written.
+// Setup (device, GID, QP states, side channel, polls) is tests/lib/verbs_setup.
 // Sessions (each a fresh QP pair: a remote access error moves RC QPs to ERR):
 //   1. RC, extended API: the server binds W with ibv_wr_bind_mw, P with
 //      ibv_post_send IBV_WR_BIND_MW, T (type 1, read-only) with ibv_bind_mw,
@@ -24,37 +23,19 @@
 //   Then the server allocates windows up to its max_mw: the next is refused
 //   ENOMEM with the daemon's reason; all are freed and the MR deregisters.
 // The test script checks the server daemon's counters name each refusal.
-#include <arpa/inet.h>
 #include <infiniband/verbs.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <string>
 #include <vector>
 
+#include "tests/lib/verbs_setup.h"
+
 namespace {
 
-int g_failures = 0;
-#define EXPECT(c)                                                            \
-  do {                                                                       \
-    if (!(c)) {                                                              \
-      fprintf(stderr, "%s:%d: EXPECT(%s) failed\n", __FILE__, __LINE__, #c); \
-      g_failures++;                                                          \
-    }                                                                        \
-  } while (0)
-#define REQUIRE(c)                                                                      \
-  do {                                                                                  \
-    if (!(c)) {                                                                         \
-      fprintf(stderr, "%s:%d: REQUIRE(%s) failed (errno %d: %s)\n", __FILE__, __LINE__, \
-              #c, errno, strerror(errno));                                              \
-      exit(1);                                                                          \
-    }                                                                                   \
-  } while (0)
+using namespace mroce_test;
 
 constexpr size_t kBuf = 1 << 17;
 constexpr uint64_t kWOff = 4096, kPOff = 20480, kTOff = 36864, kQOff = 53248, kUOff = 69632;
@@ -62,137 +43,26 @@ constexpr uint64_t kWin = 8192;
 constexpr uint64_t kRecvOff = 110000;
 constexpr int kRw = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
 
-// ---- the TCP side channel ----
-int g_sock = -1;
-void put(const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n) {
-    ssize_t k = write(g_sock, c, n);
-    REQUIRE(k > 0);
-    c += k, n -= static_cast<size_t>(k);
-  }
-}
-void get(void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n) {
-    ssize_t k = read(g_sock, c, n);
-    REQUIRE(k > 0);
-    c += k, n -= static_cast<size_t>(k);
-  }
-}
-template <class T> void send_v(const T& v) { put(&v, sizeof v); }
-template <class T> T recv_v() {
-  T v;
-  get(&v, sizeof v);
-  return v;
-}
-void sync_point(char tag) {
-  send_v(tag);
-  REQUIRE(recv_v<char>() == tag);
-}
-
-void tcp_listen(int port) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  REQUIRE(bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(listen(s, 1) == 0);
-  g_sock = accept(s, nullptr, nullptr);
-  REQUIRE(g_sock >= 0);
-  close(s);
-}
-void tcp_connect(const char* host, int port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  REQUIRE(inet_pton(AF_INET, host, &a.sin_addr) == 1);
-  time_t end = time(nullptr) + 60;
-  do {
-    g_sock = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(g_sock, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return;
-    close(g_sock);
-    usleep(100000);
-  } while (time(nullptr) < end);
-  REQUIRE(!"cannot connect to the server");
-}
-
-// Captures what the provider prints to stderr (METAROCE_DEBUG=1) while a
-// call is refused, so the test checks the reason, not only the errno.
-class Reason {
- public:
-  Reason() {
-    fflush(stderr);
-    f_ = tmpfile();
-    saved_ = dup(2);
-    dup2(fileno(f_), 2);
-  }
-  std::string text() {
-    fflush(stderr);
-    dup2(saved_, 2);
-    close(saved_);
-    std::string s;
-    rewind(f_);
-    char buf[512];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), f_)) > 0) s.append(buf, n);
-    fclose(f_);
-    fprintf(stderr, "  reason: %s", s.c_str());
-    return s;
-  }
-
- private:
-  FILE* f_;
-  int saved_;
-};
-
 // ---- verbs ----
 struct Dev {
   ibv_context* ctx = nullptr;
   ibv_pd* pd = nullptr;
   ibv_cq* cq = nullptr;
-  ibv_gid gid{};
-  int gid_index = -1;
+  LocalPath path;
   std::vector<uint8_t> buf = std::vector<uint8_t>(kBuf);
   ibv_mr* mr = nullptr;
+  SideChannel* ch = nullptr;
   uint8_t* base() { return buf.data(); }
   uint64_t va(uint64_t off) { return reinterpret_cast<uintptr_t>(buf.data()) + off; }
 };
 
-int roce_v2_ipv4_gid(ibv_context* ctx, ibv_gid* gid) {
-  ibv_port_attr pa;
-  if (ibv_query_port(ctx, 1, &pa)) return -1;
-  static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  for (int i = 0; i < pa.gid_tbl_len; i++) {
-    ibv_gid_entry e;
-    if (ibv_query_gid_ex(ctx, 1, i, &e, 0)) continue;
-    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(e.gid.raw, v4, 12) == 0) {
-      *gid = e.gid;
-      return i;
-    }
-  }
-  return -1;
-}
-
 void open_dev(const char* name, int mr_access, Dev* d) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  for (int i = 0; list && i < n; i++)
-    if (strcmp(ibv_get_device_name(list[i]), name) == 0) d->ctx = ibv_open_device(list[i]);
-  if (list) ibv_free_device_list(list);
-  REQUIRE(d->ctx);
+  REQUIRE((d->ctx = open_device(name)));
   REQUIRE((d->pd = ibv_alloc_pd(d->ctx)));
-  REQUIRE((d->cq = ibv_create_cq(d->ctx, 256, nullptr, nullptr, 0)));
-  REQUIRE((d->gid_index = roce_v2_ipv4_gid(d->ctx, &d->gid)) >= 0);
-  REQUIRE((d->mr = ibv_reg_mr(d->pd, d->buf.data(), kBuf, mr_access)));
+  REQUIRE((d->cq = create_cq(d->ctx, 256)));
+  REQUIRE(local_path(d->ctx, &d->path) == 0);
+  REQUIRE((d->mr = reg_mr(d->pd, d->buf.data(), kBuf, mr_access)));
 }
-
-struct QpInfo {
-  uint32_t qpn;
-  ibv_gid gid;
-};
 
 // RC sessions use the extended API (ibv_wr_*), the UC one plain verbs.
 ibv_qp* create_qp(Dev& d, ibv_qp_type type) {
@@ -213,56 +83,19 @@ ibv_qp* create_qp(Dev& d, ibv_qp_type type) {
   return qp;
 }
 
-void connect_qp(Dev& d, ibv_qp* qp, const QpInfo& peer) {
-  const bool rc = qp->qp_type == IBV_QPT_RC;
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                      (rc ? IBV_ACCESS_REMOTE_READ : 0);
-  REQUIRE(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                     IBV_QP_ACCESS_FLAGS));
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = peer.qpn;
-  a.rq_psn = 100;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = peer.gid;
-  a.ah_attr.grh.sgid_index = static_cast<uint8_t>(d.gid_index);
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-  if (rc) mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-  REQUIRE(!ibv_modify_qp(qp, &a, mask));
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 100;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
-  mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (rc) mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-  REQUIRE(!ibv_modify_qp(qp, &a, mask));
-}
-
 ibv_qp* session(Dev& d, ibv_qp_type type = IBV_QPT_RC) {
   ibv_qp* qp = create_qp(d, type);
-  send_v(QpInfo{qp->qp_num, d.gid});
-  connect_qp(d, qp, recv_v<QpInfo>());
-  sync_point('c');
+  RcOptions o;
+  o.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+             (type == IBV_QPT_RC ? IBV_ACCESS_REMOTE_READ : 0);
+  o.min_rnr_timer = 1;
+  REQUIRE(exchange_and_connect(*d.ch, qp, d.path, o) == 0);
   return qp;
 }
 
 ibv_wc wait_wc(ibv_cq* cq) {
   ibv_wc wc{};
-  time_t end = time(nullptr) + 60;
-  while (time(nullptr) < end)
-    if (ibv_poll_cq(cq, 1, &wc) == 1) return wc;
-  REQUIRE(!"no completion within 60 s");
+  REQUIRE(poll_one(cq, &wc, 60));
   return wc;
 }
 const char* st(const ibv_wc& wc) { return ibv_wc_status_str(wc.status); }
@@ -380,7 +213,7 @@ void limit(Dev& d, int live) {
     EXPECT(w);
     if (w) more.push_back(w);
   }
-  Reason r;
+  StderrCapture r;
   errno = 0;
   ibv_mw* over = ibv_alloc_mw(d.pd, IBV_MW_TYPE_2);
   int err = errno;
@@ -404,7 +237,8 @@ int server(const char* dev, int port) {
   ibv_mw* q = ibv_alloc_mw(d.pd, IBV_MW_TYPE_2);
   ibv_mw* u = ibv_alloc_mw(d.pd, IBV_MW_TYPE_2);
   REQUIRE(w && p && t && q && u);
-  tcp_listen(port);
+  SideChannel ch = SideChannel::listen_on(port);
+  d.ch = &ch;
   uint8_t* base = d.base();
 
   printf("session 1: binds by ibv_wr_bind_mw, post_send and ibv_bind_mw; invalidations\n");
@@ -415,41 +249,41 @@ int server(const char* dev, int port) {
   EXPECT(bind_post(d, qp, q, kQOff, &qw) == IBV_WC_SUCCESS);
   fill(base + kPOff, 2048, 7);
   fill(base + kTOff + 1000, 2048, 8);
-  send_v(ww), send_v(pw), send_v(tw);
+  ch.send(ww), ch.send(pw), ch.send(tw);
   post_recv(d, qp);
-  sync_point('w');  // the client wrote W, read P and T
+  ch.sync('w');  // the client wrote W, read P and T
   EXPECT(check(base + kWOff + 100, 4096, 1));
   local_inv_wr(d, qp, ww.rkey);
-  sync_point('l');
-  sync_point('i');  // the client sent SEND_WITH_INV for P
+  ch.sync('l');
+  ch.sync('i');  // the client sent SEND_WITH_INV for P
   ibv_wc wc = wait_wc(d.cq);
   printf("  receive: %s flags 0x%x invalidated_rkey 0x%x (P 0x%x)\n", st(wc), wc.wc_flags,
          wc.invalidated_rkey, pw.rkey);
   EXPECT(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV);
   EXPECT(wc.wc_flags & IBV_WC_WITH_INV);
   EXPECT(wc.invalidated_rkey == pw.rkey);
-  sync_point('x');  // the client's WRITE through P failed
+  ch.sync('x');  // the client's WRITE through P failed
   ibv_destroy_qp(qp);  // Q was bound to it
 
   printf("session 2: W was invalidated locally\n");
   qp = session(d);
-  sync_point('x');
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
   printf("session 3: Q binds to a new QP; T is read-only\n");
   qp = session(d);
   EXPECT(bind_post(d, qp, q, kQOff, &qw) == IBV_WC_SUCCESS);
-  send_v(qw);
-  sync_point('w');
+  ch.send(qw);
+  ch.sync('w');
   EXPECT(check(base + kQOff, 2048, 3));
-  sync_point('x');
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
   printf("session 4: a WRITE past Q's end\n");
   qp = session(d);
   EXPECT(bind_post(d, qp, q, kQOff, &qw) == IBV_WC_SUCCESS);
-  send_v(qw);
-  sync_point('x');
+  ch.send(qw);
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
   printf("session 5: a type 2 window on a UC QP\n");
@@ -458,24 +292,24 @@ int server(const char* dev, int port) {
   EXPECT(bind_post(d, qp, u, kUOff, &uw) == IBV_WC_SUCCESS);
   fill(base + kUOff + kWin - 100, 200, 4);  // past U's end: must stay
   for (int i = 0; i < 3; i++) post_recv(d, qp);
-  send_v(uw);
+  ch.send(uw);
   for (int step = 0; step < 3; step++) {
     if (step == 2) local_inv_post(d, qp, uw.rkey);
-    sync_point('u');  // the client WRITEs, then SENDs: the WRITE was handled
+    ch.sync('u');  // the client WRITEs, then SENDs: the WRITE was handled
     wc = wait_wc(d.cq);
     printf("  UC receive %d: %s\n", step, st(wc));
     EXPECT(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV);
     EXPECT(check(base + kUOff, 2048, 5));  // step 2's WRITE (seed 6) did not land
     EXPECT(check(base + kUOff + kWin - 100, 200, 4));
   }
-  sync_point('e');
+  ch.sync('e');
   ibv_destroy_qp(qp);
 
   limit(d, 5);
   for (ibv_mw* m : {w, p, t, q, u}) EXPECT(ibv_dealloc_mw(m) == 0);
   EXPECT(ibv_dereg_mr(d.mr) == 0);
-  printf("server: %d failures\n", g_failures);
-  return g_failures ? 1 : 0;
+  printf("server: %d failures\n", failures());
+  return failures() ? 1 : 0;
 }
 
 // ---- client ----
@@ -523,8 +357,9 @@ void send_inv_wr(Dev& d, ibv_qp* qp, uint32_t rkey) {
 }
 
 void uc_session(Dev& d) {
+  SideChannel& ch = *d.ch;
   ibv_qp* qp = session(d, IBV_QPT_UC);
-  Window uw = recv_v<Window>();
+  Window uw = ch.recv<Window>();
   uint8_t* base = d.base();
   fill(base, 2048, 5);
   fill(base + 4096, 2048, 6);
@@ -533,7 +368,7 @@ void uc_session(Dev& d) {
   const uint32_t len[3] = {2048, 200, 2048};
   const uint64_t from[3] = {0, 4096, 4096};
   for (int step = 0; step < 3; step++) {
-    sync_point('u');
+    ch.sync('u');
     EXPECT(rdma(d, qp, IBV_WR_RDMA_WRITE, uw, at[step], len[step], from[step]).status ==
            IBV_WC_SUCCESS);  // UC: nothing answers; the server checks
     EXPECT(send_plain(d, qp) == IBV_WC_SUCCESS);
@@ -545,62 +380,63 @@ void uc_session(Dev& d) {
   wr.num_sge = 1;
   wr.invalidate_rkey = uw.rkey;
   EXPECT(ibv_post_send(qp, &wr, &bad) == EINVAL);  // UC has no SEND with invalidate
-  sync_point('e');
+  ch.sync('e');
   ibv_destroy_qp(qp);
 }
 
 int client(const char* dev, int port, const char* host) {
   Dev d;
   open_dev(dev, IBV_ACCESS_LOCAL_WRITE, &d);
-  tcp_connect(host, port);
+  SideChannel ch = SideChannel::connect_to(host, port);
+  d.ch = &ch;
   uint8_t* base = d.base();
 
   ibv_qp* qp = session(d);  // 1
-  Window ww = recv_v<Window>(), pw = recv_v<Window>(), tw = recv_v<Window>();
+  Window ww = ch.recv<Window>(), pw = ch.recv<Window>(), tw = ch.recv<Window>();
   fill(base, 4096, 1);
   EXPECT(rdma(d, qp, IBV_WR_RDMA_WRITE, ww, 100, 4096, 0).status == IBV_WC_SUCCESS);
   EXPECT(rdma(d, qp, IBV_WR_RDMA_READ, pw, 0, 2048, 20000).status == IBV_WC_SUCCESS);
   EXPECT(check(base + 20000, 2048, 7));
   EXPECT(rdma(d, qp, IBV_WR_RDMA_READ, tw, 1000, 2048, 24000).status == IBV_WC_SUCCESS);
   EXPECT(check(base + 24000, 2048, 8));
-  sync_point('w');
-  sync_point('l');
+  ch.sync('w');
+  ch.sync('l');
   send_inv_wr(d, qp, pw.rkey);
-  sync_point('i');
+  ch.sync('i');
   EXPECT(rdma(d, qp, IBV_WR_RDMA_WRITE, pw, 0, 64, 0).status == IBV_WC_REM_ACCESS_ERR);
-  sync_point('x');
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
   qp = session(d);  // 2: W, invalidated by the server's LOCAL_INV
   EXPECT(rdma(d, qp, IBV_WR_RDMA_WRITE, ww, 0, 64, 0).status == IBV_WC_REM_ACCESS_ERR);
-  sync_point('x');
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
   qp = session(d);  // 3: Q rebound; T read-only
-  Window qw = recv_v<Window>();
+  Window qw = ch.recv<Window>();
   fill(base, 2048, 3);
   EXPECT(rdma(d, qp, IBV_WR_RDMA_WRITE, qw, 0, 2048, 0).status == IBV_WC_SUCCESS);
-  sync_point('w');
+  ch.sync('w');
   EXPECT(rdma(d, qp, IBV_WR_RDMA_WRITE, tw, 1000, 64, 0).status == IBV_WC_REM_ACCESS_ERR);
-  sync_point('x');
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
   qp = session(d);  // 4: past Q's end, inside the MR
-  qw = recv_v<Window>();
+  qw = ch.recv<Window>();
   EXPECT(rdma(d, qp, IBV_WR_RDMA_WRITE, qw, kWin - 100, 200, 0).status == IBV_WC_REM_ACCESS_ERR);
-  sync_point('x');
+  ch.sync('x');
   ibv_destroy_qp(qp);
 
   uc_session(d);  // 5
-  printf("client: %d failures\n", g_failures);
-  return g_failures ? 1 : 0;
+  printf("client: %d failures\n", failures());
+  return failures() ? 1 : 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  setenv("METAROCE_DEBUG", "1", 1);  // refusal reasons on stderr (class Reason)
+  setenv("METAROCE_DEBUG", "1", 1);  // refusal reasons on stderr (StderrCapture)
   bool port = argc >= 5 && !strcmp(argv[3], "-p");
   if (port && argc == 5 && !strcmp(argv[1], "server")) return server(argv[2], atoi(argv[4]));
   if (port && argc == 6 && !strcmp(argv[1], "client"))

@@ -13,28 +13,10 @@ top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}
 top=${top:-$(cd "$here/../.." && pwd)}
 source "$top/tests/lib/e2e.sh"
 source "$top/tests/lib/verbs.sh"
-PRELOAD=$(find_file kmod-shim/launcher/libmetaroce-preload.so) || { echo "interposer not built"; exit 1; }
-export METAROCE_PRELOAD=$PRELOAD
-MW_E2E=$(find_file tests/mw/mw_wr_e2e) || { echo "mw_wr_e2e not built"; exit 1; }
-CTL=$(find_file tools/metaroce-ctl) || { echo "metaroce-ctl not built"; exit 1; }
-source "$top/tests/lib/netns.sh"
-if [ "$(id -u)" != 0 ]; then
-  echo "SKIP: needs root"; E2E_SKIPPED=1; e2e_finish; exit 0
-fi
+MW_E2E=$(need_file tests/mw/mw_wr_e2e) || exit 1
 export MW_LIMIT=12  # the server checks max_mw says it and the 13th window is refused
 export MROCE_DAEMON_ARGS="${MROCE_DAEMON_ARGS:-} --max-mw-per-client $MW_LIMIT"
-trap 'mroce_net_down >/dev/null 2>&1' EXIT
-mroce_net_up ${MROCE_E2E_IO:+--io $MROCE_E2E_IO} || { echo "mroce_net_up failed"; E2E_FAILED=1; e2e_finish; exit 1; }
-
-counter_a() {  # name: daemon A's engine counter
-  mroce_in_a "$CTL" --sysfs-root "$MROCE_SYSFS_A" stat -a "$MROCE_DEV_A" |
-    awk -v n="$1" '$1 == n {print $2; found=1} END {if (!found) print "missing"}'
-}
-expect_counter() {  # name minimum
-  local v; v=$(counter_a "$1")
-  echo "$1 = $v"
-  [ "$v" != missing ] && [ "$v" -ge "$2" ] || e2e_fail "counter $1 = $v, want >= $2"
-}
+verbs_e2e_up
 
 t_windows_by_work_request() {
   pair mw_wr "in_a env MW_LIMIT=$MW_LIMIT $MW_E2E server $MROCE_DEV_A" "in_b $MW_E2E client $MROCE_DEV_B"

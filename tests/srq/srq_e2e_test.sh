@@ -22,9 +22,6 @@ t_srq_pingpong() {
   done
 }
 # perftest says what it ran; a case passes only if it ran that.
-ran() {  # tool pattern
-  grep -q "$2" "$E2E_RUN_DIR/$1.client.log" || e2e_fail "$1 did not run with '$2'"
-}
 t_send_bw_srq() { perf ib_send_bw -s 65536 -n 500 --use-srq; ran ib_send_bw "Using SRQ *: ON"; }
 t_send_lat_srq() { perf ib_send_lat -n 500 --use-srq; ran ib_send_lat "Using SRQ *: ON"; }
 t_uc_pingpong() {

@@ -1,7 +1,6 @@
 // End-to-end: UD QPs on a shared receive queue, and the exact bound of a
 // receive queue, across the two namespaces through libibverbs (run by
-// tests/srq/srq_ud_e2e_test.sh). Its setup is minimal on purpose (the
-// shared tests/lib verbs-setup library was not on main yet).
+// tests/srq/srq_ud_e2e_test.sh); setup is tests/lib/verbs_setup.
 //   srq_ud_e2e recv DEV DIR SENDER_IP  creates a UD QP with its own RQ (max_recv_wr 5)
 //       and two UD QPs on one SRQ; checks that exactly max_recv_wr /
 //       max_wr receives can be posted (one more: ENOMEM, *bad_wr set);
@@ -16,34 +15,19 @@
 //       drop: the receiver decides when it has seen enough).
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <string>
 #include <vector>
 
+#include "tests/lib/verbs_setup.h"
+
 namespace {
 
-int g_failures = 0;
-#define EXPECT(c)                                                            \
-  do {                                                                       \
-    if (!(c)) {                                                              \
-      fprintf(stderr, "%s:%d: EXPECT(%s) failed\n", __FILE__, __LINE__, #c); \
-      g_failures++;                                                          \
-    }                                                                        \
-  } while (0)
-#define REQUIRE(c)                                                                      \
-  do {                                                                                  \
-    if (!(c)) {                                                                         \
-      fprintf(stderr, "%s:%d: REQUIRE(%s) failed (errno %d: %s)\n", __FILE__, __LINE__, \
-              #c, errno, strerror(errno));                                              \
-      return 1;                                                                         \
-    }                                                                                   \
-  } while (0)
+using namespace mroce_test;
 
 constexpr uint32_t kQkey = 0x11110000;
 constexpr uint32_t kRqWr = 5;       // not a power of two: the ring behind it has 8 slots
@@ -52,61 +36,16 @@ constexpr uint32_t kPayload = 256;  // header (target qpn, round) then a pattern
 constexpr uint32_t kSlot = 40 + 4096;
 constexpr int kDeadlineS = 60;
 
-double now_s() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-ibv_context *open_dev(const char *name) {
-  int n = 0;
-  ibv_device **list = ibv_get_device_list(&n);
-  ibv_context *ctx = nullptr;
-  for (int i = 0; list && i < n; i++)
-    if (strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
-  if (list) ibv_free_device_list(list);
-  return ctx;
-}
-
-int roce_v2_ipv4_gid(ibv_context *ctx, ibv_gid *gid) {
-  ibv_port_attr pa;
-  if (ibv_query_port(ctx, 1, &pa)) return -1;
-  static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  for (int i = 0; i < pa.gid_tbl_len; i++) {
-    ibv_gid_entry e;
-    if (ibv_query_gid_ex(ctx, 1, i, &e, 0)) continue;
-    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(e.gid.raw, v4, 12) == 0) {
-      *gid = e.gid;
-      return i;
-    }
-  }
-  return -1;
-}
-
+// A UD QP in RTS; its own RQ of exactly max_recv_wr, or its receives on srq.
 ibv_qp *ud_qp(ibv_pd *pd, ibv_cq *cq, ibv_srq *srq, uint32_t max_recv_wr) {
-  ibv_qp_init_attr ia{};
-  ia.send_cq = ia.recv_cq = cq;
-  ia.srq = srq;
-  ia.qp_type = IBV_QPT_UD;
-  ia.cap = {16, max_recv_wr, 1, 1, 0};
-  ibv_qp *qp = ibv_create_qp(pd, &ia);
+  ibv_qp_cap got{};
+  ibv_qp *qp = create_qp(pd, cq, IBV_QPT_UD, {16, max_recv_wr, 1, 1, 0}, srq, &got);
   if (!qp) return nullptr;
-  if (!srq && ia.cap.max_recv_wr != max_recv_wr) {
-    fprintf(stderr, "create_qp returned max_recv_wr %u for %u\n", ia.cap.max_recv_wr, max_recv_wr);
-    g_failures++;
+  if (!srq && got.max_recv_wr != max_recv_wr) {
+    fprintf(stderr, "create_qp returned max_recv_wr %u for %u\n", got.max_recv_wr, max_recv_wr);
+    ::mroce_test::g_failures++;
   }
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qkey = kQkey;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
-    return nullptr;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE)) return nullptr;
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 1;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN)) return nullptr;
+  if (ud_to_rts(qp, kQkey)) return nullptr;
   return qp;
 }
 
@@ -152,21 +91,6 @@ bool check_datagram(const uint8_t *b, uint32_t qpn, const uint8_t *src_ip) {
   return true;
 }
 
-// Waits for an async event of `type` (30+ s); true if it came.
-bool wait_event(ibv_context *ctx, ibv_event_type type) {
-  double end = now_s() + kDeadlineS;
-  while (now_s() < end) {
-    pollfd p{ctx->async_fd, POLLIN, 0};
-    if (poll(&p, 1, 1000) <= 0) continue;
-    ibv_async_event ev;
-    if (ibv_get_async_event(ctx, &ev)) return false;
-    ibv_event_type got = ev.event_type;
-    ibv_ack_async_event(&ev);
-    if (got == type) return true;
-  }
-  return false;
-}
-
 struct Receiver {
   ibv_context *ctx;
   ibv_pd *pd;
@@ -202,8 +126,8 @@ int check_bounds(Receiver &r) {
 // datagram to rq_qp, q1 and q2), then posts one more RQ receive.
 int check_traffic(Receiver &r, const uint8_t *src_ip) {
   bool seen_rq = false, seen1 = false, seen2 = false, reposted = false;
-  double end = now_s() + kDeadlineS;
-  while (!(seen_rq && seen1 && seen2 && reposted) && now_s() < end) {
+  Deadline end(kDeadlineS);
+  while (!(seen_rq && seen1 && seen2 && reposted) && !end.passed()) {
     ibv_wc wc[16];
     int n = ibv_poll_cq(r.cq, 16, wc);
     REQUIRE(n >= 0);
@@ -239,8 +163,8 @@ int check_traffic(Receiver &r, const uint8_t *src_ip) {
 // and those check_traffic saw).
 int drain_srq(Receiver &r) {
   uint32_t done = r.srq_done;
-  double end = now_s() + kDeadlineS;
-  while (done < r.srq_max_wr && now_s() < end) {
+  Deadline end(kDeadlineS);
+  while (done < r.srq_max_wr && !end.passed()) {
     ibv_wc wc[16];
     int n = ibv_poll_cq(r.cq, 16, wc);
     REQUIRE(n >= 0);
@@ -255,14 +179,14 @@ int run_recv(const char *dev, const std::string &dir, const char *sender_ip) {
   uint8_t src_ip[4];
   REQUIRE(inet_pton(AF_INET, sender_ip, src_ip) == 1);
   Receiver r{};
-  REQUIRE((r.ctx = open_dev(dev)));
+  REQUIRE((r.ctx = open_device(dev)));
   ibv_gid gid;
   REQUIRE(roce_v2_ipv4_gid(r.ctx, &gid) >= 0);
   REQUIRE((r.pd = ibv_alloc_pd(r.ctx)));
-  REQUIRE((r.cq = ibv_create_cq(r.ctx, 256, nullptr, nullptr, 0)));
+  REQUIRE((r.cq = create_cq(r.ctx, 256)));
   const size_t bytes = 64 * kSlot;
   REQUIRE((r.buf = static_cast<uint8_t *>(calloc(1, bytes))));
-  REQUIRE((r.mr = ibv_reg_mr(r.pd, r.buf, bytes, IBV_ACCESS_LOCAL_WRITE)));
+  REQUIRE((r.mr = reg_mr(r.pd, r.buf, bytes, IBV_ACCESS_LOCAL_WRITE)));
   ibv_srq_init_attr sa{};
   sa.attr = {kSrqWr, 1, 0};
   REQUIRE((r.srq = ibv_create_srq(r.pd, &sa)));
@@ -280,26 +204,26 @@ int run_recv(const char *dev, const std::string &dir, const char *sender_ip) {
   fclose(f);
   REQUIRE(rename((dir + "/addr.tmp").c_str(), (dir + "/addr").c_str()) == 0);
   if (check_traffic(r, src_ip) == 1) return 1;
-  EXPECT(wait_event(r.ctx, IBV_EVENT_SRQ_LIMIT_REACHED));
+  EXPECT(wait_async_event(r.ctx, IBV_EVENT_SRQ_LIMIT_REACHED, kDeadlineS));
   ibv_qp_attr err{};
   err.qp_state = IBV_QPS_ERR;
   REQUIRE(ibv_modify_qp(r.q1, &err, IBV_QP_STATE) == 0);
-  EXPECT(wait_event(r.ctx, IBV_EVENT_QP_LAST_WQE_REACHED));
+  EXPECT(wait_async_event(r.ctx, IBV_EVENT_QP_LAST_WQE_REACHED, kDeadlineS));
   if (drain_srq(r) == 1) return 1;
   // The SRQ is empty: the next datagram to q2 is a counted drop, which the
   // test script reads from the daemon before it writes DIR/done.
   FILE *d = fopen((dir + "/drained").c_str(), "w");
   if (d) fclose(d);
-  double end = now_s() + kDeadlineS;
-  while (!file_exists(dir + "/done") && now_s() < end) usleep(10000);
+  Deadline end(kDeadlineS);
+  while (!file_exists(dir + "/done") && !end.passed()) usleep(10000);
   EXPECT(file_exists(dir + "/done"));
-  printf("recv: %s\n", g_failures ? "FAILED" : "all checks passed");
-  return g_failures ? 1 : 0;
+  printf("recv: %s\n", failures() ? "FAILED" : "all checks passed");
+  return failures() ? 1 : 0;
 }
 
 int read_addr(const std::string &dir, uint32_t qpn[3], ibv_gid *gid) {
-  double end = now_s() + kDeadlineS;
-  while (!file_exists(dir + "/addr") && now_s() < end) usleep(10000);
+  Deadline end(kDeadlineS);
+  while (!file_exists(dir + "/addr") && !end.passed()) usleep(10000);
   FILE *f = fopen((dir + "/addr").c_str(), "r");
   REQUIRE(f);
   int got = fscanf(f, "%u %u %u", &qpn[0], &qpn[1], &qpn[2]);
@@ -318,30 +242,23 @@ int run_send(const char *dev, const std::string &dir) {
   ibv_gid dgid;
   if (read_addr(dir, qpn, &dgid)) return 1;
   ibv_context *ctx;
-  REQUIRE((ctx = open_dev(dev)));
-  ibv_gid sgid;
-  int sgid_index = roce_v2_ipv4_gid(ctx, &sgid);
-  REQUIRE(sgid_index >= 0);
+  REQUIRE((ctx = open_device(dev)));
+  LocalPath path;
+  REQUIRE(local_path(ctx, &path) == 0);
   ibv_pd *pd;
   ibv_cq *cq;
   REQUIRE((pd = ibv_alloc_pd(ctx)));
-  REQUIRE((cq = ibv_create_cq(ctx, 64, nullptr, nullptr, 0)));
+  REQUIRE((cq = create_cq(ctx, 64)));
   ibv_qp *qp;
   REQUIRE((qp = ud_qp(pd, cq, nullptr, 1)));
-  ibv_ah_attr aa{};
-  aa.is_global = 1;
-  aa.grh.dgid = dgid;
-  aa.grh.sgid_index = static_cast<uint8_t>(sgid_index);
-  aa.grh.hop_limit = 64;
-  aa.port_num = 1;
   ibv_ah *ah;
-  REQUIRE((ah = ibv_create_ah(pd, &aa)));
+  REQUIRE((ah = create_ah(pd, dgid, path.gid_index)));
   static uint8_t buf[3][kPayload];
   ibv_mr *mr;
-  REQUIRE((mr = ibv_reg_mr(pd, buf, sizeof(buf), 0)));
-  double end = now_s() + kDeadlineS;
+  REQUIRE((mr = reg_mr(pd, buf, sizeof(buf), 0)));
+  Deadline end(kDeadlineS);
   uint32_t round = 0;
-  for (; !file_exists(dir + "/done") && now_s() < end; round++) {
+  for (; !file_exists(dir + "/done") && !end.passed(); round++) {
     for (int t = 0; t < 3; t++) {
       memcpy(buf[t], &qpn[t], 4);
       memcpy(buf[t] + 4, &round, 4);
@@ -357,7 +274,7 @@ int run_send(const char *dev, const std::string &dir) {
       REQUIRE(ibv_post_send(qp, &wr, &bad) == 0);
       ibv_wc wc;
       int n = 0;
-      while ((n = ibv_poll_cq(cq, 1, &wc)) == 0 && now_s() < end) usleep(100);
+      while ((n = ibv_poll_cq(cq, 1, &wc)) == 0 && !end.passed()) usleep(100);
       REQUIRE(n == 1 && wc.status == IBV_WC_SUCCESS);
     }
     usleep(20000);

@@ -11,24 +11,10 @@ top=${TEST_SRCDIR:+$TEST_SRCDIR/metaroce}
 top=${top:-$(cd "$here/../.." && pwd)}
 source "$top/tests/lib/e2e.sh"
 source "$top/tests/lib/verbs.sh"
-PRELOAD=$(find_file kmod-shim/launcher/libmetaroce-preload.so) || { echo "interposer not built"; exit 1; }
-export METAROCE_PRELOAD=$PRELOAD
-SRQ_UD_E2E=$(find_file tests/srq/srq_ud_e2e) || { echo "srq_ud_e2e not built"; exit 1; }
-CTL=$(find_file tools/metaroce-ctl) || { echo "metaroce-ctl not built"; exit 1; }
-source "$top/tests/lib/netns.sh"
-if [ "$(id -u)" != 0 ] || ! command -v ib_send_bw >/dev/null; then
-  echo "SKIP: needs root and perftest"; E2E_SKIPPED=1; e2e_finish; exit 0
-fi
-trap 'mroce_net_down >/dev/null 2>&1' EXIT
-mroce_net_up ${MROCE_E2E_IO:+--io $MROCE_E2E_IO} || { echo "mroce_net_up failed"; E2E_FAILED=1; e2e_finish; exit 1; }
-GID_A=$(gid_index in_a "$MROCE_DEV_A" "$MROCE_IP_A")
-GID_B=$(gid_index in_b "$MROCE_DEV_B" "$MROCE_IP_B")
+SRQ_UD_E2E=$(need_file tests/srq/srq_ud_e2e) || exit 1
+verbs_e2e_up ib_send_bw ib_send_lat
 
-counter_b() {  # name: daemon B's engine counter
-  mroce_in_b "$CTL" --sysfs-root "$MROCE_SYSFS_B" stat -a "$MROCE_DEV_B" |
-    awk -v n="$1" '$1 == n {print $2; found=1} END {if (!found) print "missing"}'
-}
-counter_b_at_least() { local v; v=$(counter_b "$1"); [ "$v" != missing ] && [ "$v" -ge "$2" ]; }
+counter_b_at_least() { local v; v=$(engine_counter b "$1"); [ "$v" != missing ] && [ "$v" -ge "$2" ]; }
 
 t_ud_on_srq() {
   local dir=$E2E_RUN_DIR/srq_ud rpid rc=0 src=0
@@ -40,7 +26,7 @@ t_ud_on_srq() {
   wait_for 90 test -e "$dir/drained" || e2e_fail "the receiver never drained its SRQ"
   wait_for 60 counter_b_at_least rx_drop_ud_srq_empty 1 ||
     e2e_fail "no datagram counted rx_drop_ud_srq_empty on an empty SRQ"
-  echo "rx_drop_ud_srq_empty = $(counter_b rx_drop_ud_srq_empty)"
+  echo "rx_drop_ud_srq_empty = $(engine_counter b rx_drop_ud_srq_empty)"
   touch "$dir/done"
   wait "$rpid" || rc=$?
   wait "$spid" || src=$?
@@ -49,14 +35,6 @@ t_ud_on_srq() {
   grep -q "all checks passed" "$dir/recv.log" || e2e_fail "receiver did not pass its checks"
 }
 
-perf() {  # tool extra-args (as tests/srq/srq_e2e_test.sh runs perftest)
-  local tool=$1; shift
-  pair "$tool" "in_a $tool -d $MROCE_DEV_A -x $GID_A -u 18 $*" "in_b $tool -d $MROCE_DEV_B -x $GID_B -u 18 $*"
-  perf_figure "$E2E_RUN_DIR/$tool.client.log"
-}
-ran() {  # tool pattern: perftest says what it ran; a case passes only if it ran that
-  grep -q "$2" "$E2E_RUN_DIR/$1.client.log" || e2e_fail "$1 did not run with '$2'"
-}
 t_send_bw_ud_srq() {
   perf ib_send_bw -c UD -s 1024 -n 500 --use-srq
   ran ib_send_bw "Connection type : UD"; ran ib_send_bw "Using SRQ *: ON"
