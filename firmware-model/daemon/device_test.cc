@@ -568,6 +568,39 @@ TEST_CASE("rings__rq_consumer_is_read_minus_held_so_the_bound_is_exactly_max_rec
   CHECK(rbuf[0] == 3);
 }
 
+// The same on the send side: WRs the engine holds (unacknowledged: the peer
+// QP does not exist, so nothing answers) count against max_send_wr, and a
+// client that writes past the bound has the extra entry consumed without a
+// CQE, counted wqe_send_over_bound.
+TEST_CASE("rings__sq_consumer_is_read_minus_held_so_the_bound_is_exactly_max_send_wr") {
+  Fixture f;
+  uint32_t pdn = reply_as<mroce_alloc_pd_resp>(f.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  std::vector<uint8_t> buf(4096, 3);
+  mroce_reg_mr_req req{reinterpret_cast<uint64_t>(buf.data()), buf.size(), pdn, 1 | 2};
+  auto mr = reply_as<mroce_reg_mr_resp>(f.call(MROCE_OP_REG_MR, bytes_of(req)));
+  Cq cq = make_cq(f);
+  Qp a = make_qp(f, pdn, cq, 3);  // max_send_wr 3, a ring of 4
+  REQUIRE(a.sq.entries() == 4);
+  connect(f, a, 0xabcde);  // no such QP: no ACK ever comes, the engine holds every WR
+  for (uint32_t i = 0; i < 4; i++) {
+    auto* w = static_cast<mroce_send_wqe*>(a.sq.slot(i));
+    *w = {};
+    w->wr_id = 70 + i;
+    w->opcode = 0;  // RDMA WRITE
+    w->send_flags = 2;
+    w->num_sge = 1;
+    w->remote_addr = reinterpret_cast<uint64_t>(buf.data());
+    w->rkey = mr.rkey;
+    w->u.sg[0] = {reinterpret_cast<uint64_t>(buf.data()), 64, mr.lkey};
+  }
+  a.sq.store_producer(4);
+  REQUIRE(f.run_until([&] { return f.device.counters().wqe_send_over_bound >= 1; }));
+  CHECK(f.device.counters().wqe_send_over_bound == 1);
+  CHECK(f.device.counters().wqe_rejected == 1);
+  CHECK(a.sq.load_consumer() == 1);    // 4 read, 3 held: producer - consumer = max_send_wr
+  CHECK(cq.ring.load_producer() == 0);  // the refused entry has no CQE
+}
+
 TEST_CASE("rings__a_consumer_index_written_by_the_client_is_never_read_back") {
   Fixture f;
   Pair p(f);
