@@ -264,6 +264,7 @@ int run(const Options& o) {
   io_opts.ifname = o.netdev;
   io_opts.backend = o.io;
   io_opts.xdp_mode = o.xdp_mode;
+  io_opts.gso = o.gso;
   io_opts.log = log_sink();
   std::unique_ptr<io::PacketIo> pio = io::open_packet_io(io_opts, &why);
   if (!pio) {

@@ -17,6 +17,9 @@ const char* usage() {
          "  --ibdev NAME            RDMA device name, metaroceN (default metaroce0)\n"
          "  --io auto|xdp|packet    packet I/O backend (default auto: AF_XDP, else AF_PACKET)\n"
          "  --xdp-mode auto|native|generic   XDP attach mode (default auto)\n"
+         "  --gso                   AF_PACKET: frames with the same headers go out as UDP GSO\n"
+         "                          super-frames, and super-frames are received (both ends of\n"
+         "                          a veth link need it; docs/packet-io.md \"UDP GSO\")\n"
          "  --backend soft|hw       transport: the software engine, or offload hardware\n"
          "  --hw-device pci|model   with --backend hw: the PCI function behind IF (default),\n"
          "                          or the device model (a simulated NIC on IF, behind the\n"
@@ -144,6 +147,8 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
         *error = "--io expects auto, xdp or packet, got '" + v + "'";
         return false;
       }
+    } else if (a == "--gso") {
+      o->gso = true;
     } else if (a == "--xdp-mode") {
       if (!value(&v)) return false;
       if (v == "auto") o->xdp_mode = io::XdpMode::kAuto;
@@ -231,6 +236,10 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
       *error = "unknown argument '" + a + "' (see --help)";
       return false;
     }
+  }
+  if (o->gso && o->io != io::Backend::kPacket) {
+    *error = "--gso needs --io packet (UDP GSO super-frames are an AF_PACKET feature)";
+    return false;
   }
   if (o->netdev.empty()) {
     *error = "--netdev IF is required: the Ethernet interface this NIC owns";

@@ -16,6 +16,7 @@ struct Options {
   std::string hw_device = "pci";      // --hw-device pci|model (with --backend hw)
   io::Backend io = io::Backend::kAuto;  // --io auto|xdp|packet
   io::XdpMode xdp_mode = io::XdpMode::kAuto;  // --xdp-mode auto|native|generic
+  bool gso = false;                   // --gso: UDP GSO super-frames (AF_PACKET)
   std::string sysfs_root = "/run/metaroce/sysfs";  // --sysfs-root DIR
   std::string run_dir = "/run/metaroce";           // --run-dir DIR (control socket)
   int uverbs_index = -1;              // --uverbs N (default: N of metaroceN)

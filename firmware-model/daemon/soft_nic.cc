@@ -199,6 +199,9 @@ void SoftNic::host_counters(std::vector<hw::NamedCounter>* out) const {
                               {"io_tx_ring_full", io.tx_ring_full},
                               {"io_tx_errors", io.tx_errors},
                               {"io_tx_kicks", io.tx_kicks},
+                              {"io_tx_gso_super", io.tx_gso_super},
+                              {"io_rx_gso_super", io.rx_gso_super},
+                              {"io_rx_gso_invalid", io.rx_gso_invalid},
                           });
 }
 

@@ -11,10 +11,15 @@
 //   io_pingpong --role=udp-server --port=P [--timeout=S]  (echoes datagrams)
 //   io_pingpong --role=udp-client --dst-ip=B --port=P     (expects the echo)
 //   io_pingpong --role=icmp-ping  --dst-ip=B              (raw ICMP echo)
-// Common: --xdp-mode=auto|native|generic --ring=v2|v3 --max-frame=N
+//   io_pingpong --role=gso-hostile --if=IF --src-ip --dst-ip --dst-mac --size=BYTES
+//               (UDP GSO super-frames the receiver must refuse, from a raw socket)
+// Common: --xdp-mode=auto|native|generic --ring=v2|v3 --max-frame=N --gso=1
 //         --ready-file=PATH (written once the backend is open).
+// Source: --paths=K (UDP source ports 0xC000 + seq % K; default one per
+//         frame), --short-every=N (every Nth frame has half the payload).
 // Prints figures; exits non-zero when frames are missing or damaged.
 #include <arpa/inet.h>
+#include <linux/if_packet.h>
 #include <net/if.h>
 #include <netinet/ip_icmp.h>
 #include <poll.h>
@@ -89,6 +94,7 @@ std::unique_ptr<io::PacketIo> open_io() {
   o.xdp_mode = mode == "native" ? io::XdpMode::kNative : mode == "generic" ? io::XdpMode::kGeneric : io::XdpMode::kAuto;
   o.packet_ring = arg("ring", "v2") == "v3" ? io::PacketRing::kV3 : io::PacketRing::kV2;
   o.max_frame = static_cast<uint32_t>(num("max-frame", 0));
+  o.gso = num("gso", 0) != 0;
   o.log = [](io::LogLevel l, std::string_view m) {
     if (l != io::LogLevel::kDebug) fprintf(stderr, "[io] %.*s\n", static_cast<int>(m.size()), m.data());
   };
@@ -133,15 +139,17 @@ struct Sender {
   bool send(io::PacketIo& pio, uint32_t seq) {
     auto buf = pio.tx_alloc(frame_len);
     if (buf.empty()) return false;
-    for (size_t i = 0; i < payload_len; ++i) payload[i] = pattern(seq, i);
+    const long short_every = num("short-every", 0), paths = num("paths", 0);
+    const size_t len = short_every && seq % short_every == short_every - 1 ? payload_len / 2 : payload_len;
+    for (size_t i = 0; i < len; ++i) payload[i] = pattern(seq, i);
     proto::Packet p;
     p.mbth.opcode = proto::Opcode::kSend;
     p.mbth.flags = proto::kFlagLast;
     p.mbth.psn = seq;
     p.mbth.dest_qpn = 0x11;
-    p.seth.length = static_cast<uint32_t>(payload_len);
-    p.payload = payload;
-    h.src_port = static_cast<uint16_t>(0xC000 | (seq & 0x3fff));
+    p.seth.length = static_cast<uint32_t>(len);
+    p.payload = std::span<const uint8_t>(payload.data(), len);
+    h.src_port = static_cast<uint16_t>(0xC000 | (paths ? seq % paths : seq & 0x3fff));
     size_t n = proto::build_frame(h, p, buf);
     pio.tx_commit(static_cast<uint32_t>(n));
     return n != 0;
@@ -167,11 +175,13 @@ long check_frame(const io::RxFrame& f) {
 
 void print_stats(const char* who, const io::IoStats& s) {
   printf("%s stats: rx %llu frames %llu B (gathered %llu, kernel drops %llu, invalid %llu); "
-         "tx %llu frames %llu B (ring full %llu, errors %llu, kicks %llu)\n",
+         "tx %llu frames %llu B (ring full %llu, errors %llu, kicks %llu); "
+         "gso super tx %llu rx %llu invalid %llu\n",
          who, (unsigned long long)s.rx_frames, (unsigned long long)s.rx_bytes, (unsigned long long)s.rx_gathered,
          (unsigned long long)s.rx_kernel_drops, (unsigned long long)s.rx_invalid, (unsigned long long)s.tx_frames,
          (unsigned long long)s.tx_bytes, (unsigned long long)s.tx_ring_full, (unsigned long long)s.tx_errors,
-         (unsigned long long)s.tx_kicks);
+         (unsigned long long)s.tx_kicks, (unsigned long long)s.tx_gso_super,
+         (unsigned long long)s.rx_gso_super, (unsigned long long)s.rx_gso_invalid);
 }
 
 int run_sink() {
@@ -317,6 +327,81 @@ int run_ping() {
   return lost * 100 > count ? 1 : 0;
 }
 
+// Super-frames a receiver with --gso must drop and count (rx_gso_invalid),
+// sent from a raw packet socket with PACKET_VNET_HDR (the kernel checks the
+// virtio header; what it accepts is what reaches the peer): a segment size
+// above the receiver's frame limit, lengths in the IP header that disagree
+// with the frame, and a TCP segmentation type on a UDP frame.
+int run_gso_hostile() {
+  Sender s;
+  if (!s.init(static_cast<uint32_t>(num("size", 1024)))) return 2;
+  std::vector<uint8_t> frame(70000);
+  proto::Packet p;
+  p.mbth.opcode = proto::Opcode::kSend;
+  p.mbth.flags = proto::kFlagLast;
+  p.mbth.dest_qpn = 0x11;
+  p.seth.length = static_cast<uint32_t>(s.payload_len);
+  p.payload = s.payload;
+  size_t n = proto::build_frame(s.h, p, frame);
+  const bool v4 = s.h.dst_ip.is_v4();
+  const size_t hl = v4 ? 42 : 62;
+  if (n == 0) return 2;
+  int fd = socket(AF_PACKET, SOCK_RAW, 0);
+  int one = 1;
+  if (fd < 0 || setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) != 0) {
+    perror("packet socket with PACKET_VNET_HDR");
+    return 2;
+  }
+  sockaddr_ll sll{};
+  sll.sll_family = AF_PACKET;
+  sll.sll_ifindex = static_cast<int>(if_nametoindex(arg("if").c_str()));
+  sll.sll_halen = 6;
+  std::memcpy(sll.sll_addr, s.h.dst_mac.data(), 6);
+  struct Vnet {
+    uint8_t flags, gso_type;
+    uint16_t hdr_len, gso_size, csum_start, csum_offset;
+  };
+  auto put16 = [&](size_t at, size_t v) {
+    frame[at] = static_cast<uint8_t>(v >> 8);
+    frame[at + 1] = static_cast<uint8_t>(v);
+  };
+  // A super-frame of `segs` segments of `seg` bytes; IP/UDP lengths for it
+  // unless `lie` (then they claim one byte less).
+  auto send_super = [&](uint8_t type, size_t seg, size_t segs, bool lie) {
+    size_t len = hl + seg * segs;
+    for (size_t i = hl; i < len; ++i) frame[i] = static_cast<uint8_t>(i);
+    size_t udp = len - hl + 8 - (lie ? 1 : 0);
+    put16(hl - 8 + 4, udp);
+    if (v4) {
+      put16(14 + 2, 20 + udp);
+      put16(14 + 10, 0);
+      put16(14 + 10, proto::ipv4_header_checksum({frame.data() + 14, 20}));
+    } else {
+      put16(14 + 4, udp);
+    }
+    put16(hl - 8 + 6, 0);
+    Vnet v{1, type, static_cast<uint16_t>(hl), static_cast<uint16_t>(seg),
+           static_cast<uint16_t>(hl - 8), 6};
+    iovec iov[2] = {{&v, sizeof v}, {frame.data(), len}};
+    msghdr m{};
+    m.msg_name = &sll;
+    m.msg_namelen = sizeof sll;
+    m.msg_iov = iov;
+    m.msg_iovlen = 2;
+    bool ok = sendmsg(fd, &m, 0) == static_cast<ssize_t>(sizeof v + len);
+    printf("gso-hostile: type %u, %zu x %zu B%s: %s\n", type, segs, seg, lie ? ", lengths off by one" : "",
+           ok ? "sent" : strerror(errno));
+    return ok ? 1 : 0;
+  };
+  int sent = 0;
+  sent += send_super(5, 9200, 2, false);   // a segment over a 9000-MTU receiver's frame limit
+  sent += send_super(5, 1000, 3, true);    // IP/UDP lengths disagree with the frame
+  sent += send_super(v4 ? 1 : 4, 1000, 3, false);  // TCPV4 / TCPV6 segmentation on UDP
+  printf("gso-hostile: sent %d\n", sent);
+  close(fd);
+  return 0;
+}
+
 int run_hold() {
   auto pio = open_io();
   for (;;) pause();
@@ -451,6 +536,7 @@ int main(int argc, char** argv) {
   if (role == "echo") return run_echo();
   if (role == "ping") return run_ping();
   if (role == "hold") return run_hold();
+  if (role == "gso-hostile") return run_gso_hostile();
   if (role == "udp-server") return run_udp_server();
   if (role == "udp-client") return run_udp_client();
   if (role == "icmp-ping") return run_icmp_ping();

@@ -94,6 +94,16 @@ t_same_device() {  # server and client on one device, one namespace
   [ $rc = 0 ] || e2e_fail "client failed"
   perf_figure "$E2E_RUN_DIR/same.client.log"
 }
+# With --gso (verbs_e2e_test_packet_gso): the bandwidth cases really went as
+# super-frames, cut back at the receiver (before the daemon restart below
+# resets the counters).
+t_gso_used() {
+  local a b
+  a=$(engine_counter a io_tx_gso_super); b=$(engine_counter b io_rx_gso_super)
+  echo "super-frames: A sent $a, B received $b"
+  [ "$a" != missing ] && [ "$a" -gt 0 ] && [ "$b" != missing ] && [ "$b" -gt 0 ] ||
+    e2e_fail "no UDP GSO super-frames between the daemons"
+}
 t_verbs_opcodes() { in_a "$VERBS_E2E" opcodes "$MROCE_DEV_A"; }
 t_verbs_access() { in_a "$VERBS_E2E" access "$MROCE_DEV_A"; }
 t_verbs_fatal() {
@@ -121,6 +131,7 @@ e2e_case ib_read_lat t_read_lat
 e2e_case ib_send_lat t_send_lat
 e2e_case ib_send_bw_events_under_launcher t_send_bw_events
 e2e_case perftest_same_device t_same_device
+case " ${MROCE_DAEMON_ARGS:-} " in *" --gso "*) e2e_case gso_super_frames_used t_gso_used ;; esac
 e2e_case verbs_loopback_every_opcode t_verbs_opcodes
 e2e_case verbs_remote_access_errors t_verbs_access
 e2e_case verbs_daemon_kill_restart t_verbs_fatal

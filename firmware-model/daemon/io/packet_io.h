@@ -60,6 +60,12 @@ struct IoStats {
                                  // XDP_STATISTICS tx_invalid_descs)
   uint64_t tx_kicks = 0;         // syscalls issued to push tx
   uint64_t rx_wakeups = 0;       // syscalls issued to refill / wake rx
+  // UDP GSO (AF_PACKET with IoOptions::gso). tx_frames/rx_frames count the
+  // frames inside super-frames, one each, as if they had been sent alone.
+  uint64_t tx_gso_super = 0;     // super-frames sent (two or more frames each)
+  uint64_t rx_gso_super = 0;     // super-frames received and cut into frames
+  uint64_t rx_gso_invalid = 0;   // super-frames dropped: not UDP GSO of a frame we
+                                 // can cut, segment over max_frame, truncated
 };
 
 enum class LogLevel { kDebug, kInfo, kWarn, kError };
@@ -98,6 +104,15 @@ struct IoOptions {
   PacketRing packet_ring = PacketRing::kV2;
   uint32_t packet_ring_bytes = 4u << 20;
   uint32_t block_timeout_ms = 1;  // TPACKET_V3 only
+  // UDP GSO super-frames (PACKET_VNET_HDR, VIRTIO_NET_HDR_GSO_UDP_L4): at
+  // tx_flush() queued frames with the same Ethernet, IP and UDP headers
+  // (path entropy included) and the same length go to the kernel as one
+  // super-frame, which a NIC (or the kernel's software GSO) cuts back into
+  // the same frames; over veth it reaches the peer whole, and rx cuts such
+  // super-frames into frames. Both ends of a veth link need it (a peer
+  // without it drops what it cannot receive whole: counted, never placed).
+  // docs/packet-io.md "UDP GSO".
+  bool gso = false;
   bool reserve_udp_port = true;   // bind a filtered kernel UDP socket to
                                   // udp_port so the stack does not answer our
                                   // frames with ICMP port unreachable
