@@ -285,6 +285,7 @@ int run(const Options& o) {
   cfg.node_guid = kmod_shim::guid_from_mac(mac);
   cfg.engine.port = link.port_info();
   cfg.engine.num_paths = o.paths;
+  cfg.engine.path_train = o.path_train ? o.path_train : o.gso ? 16 : 1;
   cfg.engine.congestion = o.cc;
   cfg.engine.base_rtt = static_cast<fw::Time>(o.base_rtt_us) * 1000;
   cfg.engine.link_bps = static_cast<uint64_t>(o.link_gbps) * 1'000'000'000;

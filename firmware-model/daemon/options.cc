@@ -29,6 +29,8 @@ const char* usage() {
          "  --run-dir DIR           control socket directory (default /run/metaroce)\n"
          "  --uverbs N              uverbs index (default: N of metaroceN)\n"
          "  --paths N               path entropies sprayed over per QP, 1..64 (default 4)\n"
+         "  --path-train N          packets per path choice, 1..64 (default 1: per-packet\n"
+         "                          spraying; 16 with --gso, so a super-frame is one path's)\n"
          "  --spin-us N             poll this long when idle before sleeping (default: 0 on\n"
          "                          machines with 1-2 CPUs, where spinning takes the CPU the\n"
          "                          applications need, else 50)\n"
@@ -179,6 +181,8 @@ bool parse_options(const std::vector<std::string>& args, Options* o, std::string
       o->uverbs_index = static_cast<int>(n);
     } else if (a == "--paths") {
       if (!number(1, 64, &o->paths)) return false;
+    } else if (a == "--path-train") {
+      if (!number(1, 64, &o->path_train)) return false;
     } else if (a == "--spin-us") {
       if (!number(0, 1'000'000, &n)) return false;
       o->spin_us = static_cast<int>(n);

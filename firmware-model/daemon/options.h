@@ -21,6 +21,7 @@ struct Options {
   std::string run_dir = "/run/metaroce";           // --run-dir DIR (control socket)
   int uverbs_index = -1;              // --uverbs N (default: N of metaroceN)
   uint32_t paths = 4;                 // --paths N (path entropies per QP)
+  uint32_t path_train = 0;            // --path-train N (0: 16 with --gso, else 1)
   int spin_us = -1;                   // --spin-us N (poll this long before sleeping; -1: auto)
   // wake: placement and wake-up (docs/daemon.md §The loop).
   bool spin = false;                  // --spin: dedicated core, the loop never sleeps

@@ -14,8 +14,11 @@ std::unique_ptr<CongestionControlInterface> make_congestion_control(const std::s
   return nullptr;
 }
 
-std::unique_ptr<PathSelectorInterface> make_path_selector(uint32_t num_paths, uint64_t seed) {
-  return std::make_unique<WeightedSprayPathSelector>(num_paths, seed);
+std::unique_ptr<PathSelectorInterface> make_path_selector(uint32_t num_paths, uint64_t seed,
+                                                          uint32_t train) {
+  MultipathTuning t;
+  t.train = train;
+  return std::make_unique<WeightedSprayPathSelector>(num_paths, seed, t);
 }
 
 std::unique_ptr<ReceiverCreditInterface> make_receiver_credit(const CongestionParams& p) {

@@ -44,7 +44,8 @@ class CongestionControlInterface {
   virtual uint64_t pacing_rate_bps() const { return 0; }
 };
 
-// Per-packet path choice over `num_paths` entropies, one instance per QP.
+// Per-packet path choice over `num_paths` entropies, one instance per QP
+// (in trains of `train` packets per choice, see MultipathTuning::train).
 class PathSelectorInterface {
  public:
   virtual ~PathSelectorInterface() = default;
@@ -79,7 +80,8 @@ struct CongestionParams {
 // unknown name returns nullptr.
 std::unique_ptr<CongestionControlInterface> make_congestion_control(const std::string& name,
                                                                     const CongestionParams& p);
-std::unique_ptr<PathSelectorInterface> make_path_selector(uint32_t num_paths, uint64_t seed);
+std::unique_ptr<PathSelectorInterface> make_path_selector(uint32_t num_paths, uint64_t seed,
+                                                          uint32_t train = 1);
 std::unique_ptr<ReceiverCreditInterface> make_receiver_credit(const CongestionParams& p);
 
 }  // namespace metaroce::fw

@@ -762,7 +762,8 @@ int Engine::create_qp(OwnerId owner, const QpInitAttr& init, uint32_t* qpn, QpCa
   qp->rq_mask = static_cast<uint32_t>(qp->rq.size() - 1);
   // UC uses one path: another could reorder its packets, which is loss to UC.
   uint32_t paths = init.type == QpType::kUc ? 1 : m.core.config().num_paths;
-  qp->paths = make_path_selector(std::max<uint32_t>(1, paths), m.core.hal().random.next());
+  qp->paths = make_path_selector(std::max<uint32_t>(1, paths), m.core.hal().random.next(),
+                                 m.core.config().path_train);
   if (int e = m.make_cc(*qp)) return e;
   m.reset_transport(*qp);
   ++pd->refs;

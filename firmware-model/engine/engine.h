@@ -37,6 +37,7 @@ struct EngineConfig {
   DeviceCaps caps;
   PortInfo port;
   uint32_t num_paths = 4;            // path entropies sprayed over per QP
+  uint32_t path_train = 1;           // packets per path choice (MultipathTuning::train)
   std::string congestion = "default";  // congestion-control algorithm name
   // Handed to the congestion control (CongestionParams): the fabric's base
   // RTT and the port's line rate.

@@ -41,6 +41,10 @@ double WeightedSprayPathSelector::path_weight(uint8_t path, Time now) const {
 }
 
 uint8_t WeightedSprayPathSelector::next_path(Time now) {
+  if (train_left_ > 0) {
+    train_left_--;
+    return train_path_;
+  }
   // Smooth weighted round robin (as in nginx): every path gains its weight,
   // the richest is chosen and pays the total. Deterministic and exact over
   // any window of sum(weights) picks.
@@ -55,11 +59,14 @@ uint8_t WeightedSprayPathSelector::next_path(Time now) {
     if (p.current > paths_[best].current) best = i;
   }
   paths_[best].current -= total;
-  return static_cast<uint8_t>(best);
+  train_path_ = static_cast<uint8_t>(best);
+  train_left_ = std::max<uint32_t>(t_.train, 1) - 1;
+  return train_path_;
 }
 
 void WeightedSprayPathSelector::penalize(uint8_t path, double fraction, Time now) {
   Path& p = paths_[path % paths_.size()];
+  if (path % paths_.size() == train_path_) train_left_ = 0;  // choose again, by weight
   decay(p, now);
   const double w = (1.0 - p.penalty) * (1.0 - fraction);
   p.penalty = 1.0 - std::max(w, t_.min_weight);

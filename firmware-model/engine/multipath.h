@@ -21,6 +21,10 @@ struct MultipathTuning {
   Time rtt_margin_ns = 2'000;      // ... and > best + margin: "inflated"
   Time recovery_half_life_ns = 100'000;  // penalty halves every this many ns
   double srtt_g = 1.0 / 8;         // per-path RTT EWMA gain
+  // Packets sent on a path per choice (1: per-packet spraying). A host that
+  // batches frames of one path (UDP GSO super-frames) asks for trains; a
+  // loss or CE mark on the train's path ends the train.
+  uint32_t train = 1;
 };
 
 class WeightedSprayPathSelector final : public PathSelectorInterface {
@@ -48,6 +52,8 @@ class WeightedSprayPathSelector final : public PathSelectorInterface {
 
   MultipathTuning t_;
   std::vector<Path> paths_;
+  uint8_t train_path_ = 0;   // the path of the current train
+  uint32_t train_left_ = 0;  // packets it still carries before the next choice
 };
 
 }  // namespace metaroce::fw

@@ -27,6 +27,39 @@ TEST_CASE("multipath__consecutive_picks_cover_all_paths") {
   for (int x : c) CHECK(x == 1);
 }
 
+// Trains (a host that batches one path's frames into UDP GSO super-frames):
+// `train` packets per choice, the same shares as per-packet spraying, and a
+// loss on the train's path ends the train at once.
+TEST_CASE("multipath__trains_keep_a_path_for_train_packets_with_equal_shares") {
+  MultipathTuning t;
+  t.train = 8;
+  WeightedSprayPathSelector s(4, 3, t);
+  std::array<int, 4> c{};
+  uint8_t train = 0;
+  for (int i = 0; i < 320; ++i) {  // 40 trains: 10 per path
+    uint8_t p = s.next_path(0);
+    if (i % 8 == 0) {
+      if (i) CHECK(p != train);
+      train = p;
+    }
+    CHECK(p == train);
+    c.at(p)++;
+  }
+  for (int x : c) CHECK(x == 80);
+}
+
+TEST_CASE("multipath__a_loss_on_the_trains_path_ends_the_train") {
+  MultipathTuning t;
+  t.train = 16;
+  WeightedSprayPathSelector s(4, 5, t);
+  uint8_t p = s.next_path(0);
+  CHECK(s.next_path(0) == p);
+  s.on_loss(static_cast<uint8_t>((p + 1) % 4), 0);  // another path: the train goes on
+  CHECK(s.next_path(0) == p);
+  s.on_loss(p, 0);
+  CHECK(s.next_path(0) != p);  // chosen again, by weight: the penalized path is not next
+}
+
 TEST_CASE("multipath__loss_moves_traffic_away") {
   WeightedSprayPathSelector s(4, 1);
   s.on_loss(2, 0);
