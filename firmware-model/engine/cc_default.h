@@ -23,8 +23,9 @@ struct DefaultCcTuning {
   double ecn_g = 1.0 / 16;          // EWMA gain of the CE fraction (DCTCP g)
   double loss_md = 0.25;            // decrease on SACK-detected loss, once per RTT
   // A loss is random, not congestion, when the latest RTT sample was under
-  // target without CE and at least this many MTUs were acknowledged since
-  // the previous loss: it costs no decrease (docs/congestion.md §2.2).
+  // target without CE and losses stay at most one per this many MTUs
+  // acknowledged (a budget banked up to one window): it costs no decrease
+  // (docs/congestion.md §2.2).
   double sparse_loss_gap_mtu = 16;
   double timeout_md = 0.5;          // decrease on retransmission timeout
   double srtt_g = 1.0 / 8;          // EWMA gain of the smoothed RTT
@@ -60,6 +61,7 @@ class DefaultCongestionControl final : public CongestionControlInterface {
  private:
   bool can_decrease(Time now) const;
   bool random_loss(uint64_t lost_bytes) const;
+  double lost_packets(uint64_t lost_bytes) const;
   // Base RTT = max(configured, windowed minimum observed): a soft NIC's host
   // delay is part of every RTT it measures and no target below it can hold.
   void observe_base(Time rtt, Time now);
@@ -85,7 +87,7 @@ class DefaultCongestionControl final : public CongestionControlInterface {
   double before_timeout_ = 0;  // cwnd before the last on_timeout (0: none to undo)
   Time last_rtt_ = 0;          // the latest RTT sample (0: none yet)
   bool last_ce_ = false;       // the latest ACK reported CE
-  double acked_since_loss_ = 0;  // bytes acknowledged since the last on_loss
+  double loss_budget_ = 0;  // random losses allowed now (rec: random_loss)
   uint64_t losses_ignored_ = 0;  // losses judged random (no decrease)
   uint32_t min_rtt_samples_ = 0;
   static constexpr Time kMinRttWindow = 10'000'000'000;  // 10 s, as BBR's min_rtt filter

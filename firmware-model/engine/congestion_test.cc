@@ -111,6 +111,32 @@ TEST_CASE("default_cc__loss_burst_decreases") {
   CHECK(cc.cwnd_bytes() == doctest::Approx(w2 * 0.75));
 }
 
+// rec (issue 15): the random losses of one flight are detected together, a
+// reorder window after its ACKs, with no ACK between them when the flight
+// is shorter than that window (a window-limited flow on a 2 ms RTT). With
+// losses at most one per 16 MTUs acknowledged on average they are random,
+// banked up to one window's worth. Two full packets (wire bytes include
+// the headers) are two packets, not a burst of three.
+TEST_CASE("default_cc__random_losses_of_one_flight_keep_the_window") {
+  CongestionParams p = params();
+  p.mtu_bytes = 4096;
+  p.base_rtt = 280'000;  // BDP 280 KB: a budget of about four losses
+  DefaultCongestionControl cc(p);
+  Time t = 0;
+  for (int i = 0; i < 400; ++i) cc.on_ack(ack(t += 1000, 4140, 10'000));  // 100 per loss at 1 %
+  const double w = cc.cwnd_bytes();
+  REQUIRE(w >= 4 * 16 * 4096);  // four gaps of 16 MTUs or more
+  REQUIRE(w < 5 * 16 * 4096);
+  cc.on_loss(t += 10, 4140);
+  cc.on_loss(t += 10, 4140);    // same flight, no ACK between
+  cc.on_loss(t += 10, 2 * 4140);  // two at once: still two packets
+  CHECK(cc.cwnd_bytes() == w);
+  CHECK(cc.losses_ignored() == 3);
+  // The budget is spent: the next one, before 16 MTUs more, is congestion.
+  cc.on_loss(t += 10, 4140);
+  CHECK(cc.cwnd_bytes() == doctest::Approx(w * 0.75));
+}
+
 // A loss while the latest RTT sample shows a queue (over target) or CE is
 // congestion, however sparse.
 TEST_CASE("default_cc__loss_behind_a_queue_or_ce_decreases") {

@@ -126,6 +126,8 @@ void SendScoreboard::reset(uint32_t psn) {
   una_ = nxt_ = psn;
   report_end_ = psn + 65;
   bytes_in_flight_ = 0;
+  beyond_bytes_ = 0;
+  beyond_pkts_ = 0;
   pkts_in_flight_ = 0;
   lost_count_ = 0;
   head_ = tail_ = 0;
@@ -231,7 +233,11 @@ AckOutcome SendScoreboard::on_ack(uint32_t cum, uint64_t sack, Time now,
                                   const RttEstimator& rtt) {
   AckOutcome out;
   if (proto::seq_lt(nxt_, cum)) return out;  // acknowledges PSNs never sent: ignore
-  if (proto::seq_lt(report_end_, cum + 65)) report_end_ = cum + 65;
+  if (proto::seq_lt(report_end_, cum + 65)) {
+    report_end_ = cum + 65;
+    beyond_bytes_ = 0;  // what lay beyond is within the bitmap now, or unknown
+    beyond_pkts_ = 0;
+  }
   for (uint32_t p = una_; proto::seq_lt(p, cum); ++p) deliver(slot(p), now, rtt, &out);
   for (uint32_t i = 0; sack && i < 64; ++i, sack >>= 1) {
     if (!(sack & 1)) continue;
@@ -254,6 +260,16 @@ void SendScoreboard::on_echo(Time sent, Time rtt) {
     rack_time_ = sent;
     rack_rtt_ = rtt;
   }
+}
+
+void SendScoreboard::on_unseen_delivery() {
+  // Assume PSN order beyond the bitmap: the next in-flight packet there.
+  uint32_t p = report_end_ + beyond_pkts_;
+  if (!proto::seq_lt(p, nxt_)) return;
+  TxEntry& e = slot(p);
+  if (e.psn != p || e.state != TxState::kInFlight) return;
+  beyond_bytes_ += e.wire;
+  ++beyond_pkts_;
 }
 
 AckOutcome SendScoreboard::on_delivered(uint32_t psn, Time now, const RttEstimator& rtt) {

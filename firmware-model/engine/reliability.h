@@ -13,6 +13,7 @@
 //    is no go-back-N. Every operation is O(1) amortised per packet.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -133,6 +134,9 @@ class SendScoreboard {
   uint32_t nxt() const { return nxt_; }  // next new PSN
   uint32_t outstanding() const { return nxt_ - una_; }
   uint64_t bytes_in_flight() const { return bytes_in_flight_; }
+  // What the window is charged: bytes in flight less those an ACK showed
+  // to have arrived beyond the SACK bitmap (on_unseen_delivery).
+  uint64_t pipe_bytes() const { return bytes_in_flight_ - std::min(beyond_bytes_, bytes_in_flight_); }
   uint32_t pkts_in_flight() const { return pkts_in_flight_; }
   bool any_unacked() const { return pkts_in_flight_ > 0 || lost_count_ > 0; }
   uint32_t lost_count() const { return lost_count_; }
@@ -155,6 +159,12 @@ class SendScoreboard {
   // An ACK echoed the timestamp of a packet sent at `sent`: some packet
   // sent then was delivered, even if its PSN is beyond the SACK bitmap.
   void on_echo(Time sent, Time rtt);
+  // An ACK that is not a duplicate's told nothing new: the packet that
+  // triggered it lies beyond cum + 64, where the SACK bitmap cannot name it
+  // (a hole holds cum). It left the network, so it stops counting against
+  // the window (pipe_bytes) until cum moves; which PSN it was is unknown,
+  // so nothing is marked delivered (RFC 6675's pipe, for a 64-bit SACK).
+  void on_unseen_delivery();
   // One PSN is known delivered (a READ or atomic response names it).
   AckOutcome on_delivered(uint32_t psn, Time now, const RttEstimator& rtt);
 
@@ -211,6 +221,8 @@ class SendScoreboard {
   uint32_t una_ = 0, nxt_ = 0;
   uint32_t report_end_ = 65;  // first PSN beyond what the latest ACK could report
   uint64_t bytes_in_flight_ = 0;
+  uint64_t beyond_bytes_ = 0;   // on_unseen_delivery, since cum last moved
+  uint32_t beyond_pkts_ = 0;
   uint32_t pkts_in_flight_ = 0;
   uint32_t lost_count_ = 0;  // entries in state kLost
   uint64_t send_seq_ = 0;

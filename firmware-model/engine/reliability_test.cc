@@ -155,6 +155,32 @@ TEST_CASE("scoreboard__rack_ignores_psns_beyond_the_sack_bitmap") {
   CHECK(b.sb.lost_count() == 65);  // cum .. cum+64 only
 }
 
+// rec (issue 15): a hole holds cum; the ACKs of packets beyond cum + 64
+// carry no SACK bit for them. Each such ACK (not a duplicate's) frees the
+// window of one packet (pipe_bytes) without marking any PSN delivered, and
+// the estimate is dropped once cum moves. Without it a window over 64
+// packets stalled for a round trip behind every loss (1 ms each way, 1 %).
+TEST_CASE("scoreboard__acks_beyond_the_sack_bitmap_free_the_window_not_the_psns") {
+  Board b;
+  b.send(200);  // 1000 .. 1199; 1000 lost
+  b.now += 10'000;
+  AckOutcome o = b.sb.on_ack(1000, ~uint64_t{0}, b.now, b.rtt);  // 1001 .. 1064 SACKed
+  CHECK(o.newly_acked_pkts == 64);
+  CHECK(b.sb.pipe_bytes() == 136'000);
+  for (int i = 0; i < 10; ++i) {  // 1065 .. 1074 arrive: the same ACK each time
+    CHECK_FALSE(b.sb.on_ack(1000, ~uint64_t{0}, b.now, b.rtt).progress);
+    b.sb.on_unseen_delivery();
+  }
+  CHECK(b.sb.bytes_in_flight() == 136'000);  // nothing marked delivered
+  CHECK(b.sb.pipe_bytes() == 126'000);
+  CHECK_FALSE(b.sb.delivered(1065));
+  for (int i = 0; i < 200; ++i) b.sb.on_unseen_delivery();  // bounded by what is in flight
+  CHECK(b.sb.pipe_bytes() == 136'000 - 135'000);
+  b.sb.on_ack(1065, 0, b.now, b.rtt);  // the hole is repaired: cum moves
+  CHECK(b.sb.pipe_bytes() == b.sb.bytes_in_flight());
+  CHECK(b.sb.bytes_in_flight() == 135'000);
+}
+
 TEST_CASE("scoreboard__rto_marks_in_psn_order_and_una_goes_first") {
   Board b;
   b.send(3);

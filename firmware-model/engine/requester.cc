@@ -141,7 +141,7 @@ bool window_allows(Qp& qp, uint32_t wire) {
   const SendScoreboard& sb = qp.sb;
   if (sb.pkts_in_flight() == 0) return true;  // always let one packet out
   if (qp.credit && sb.pkts_in_flight() >= qp.credit) return false;
-  return sb.bytes_in_flight() + wire <= qp.cc->window_bytes();
+  return sb.pipe_bytes() + wire <= qp.cc->window_bytes();
 }
 
 // After a packet of `wire` bytes leaves, the window holds another one back:
@@ -152,7 +152,7 @@ bool window_allows(Qp& qp, uint32_t wire) {
 bool window_full_after(const Qp& qp, uint32_t wire) {
   const SendScoreboard& sb = qp.sb;
   if (qp.credit && sb.pkts_in_flight() + 1 >= qp.credit) return true;
-  return sb.bytes_in_flight() + 2 * uint64_t{wire} > qp.cc->window_bytes();
+  return sb.pipe_bytes() + 2 * uint64_t{wire} > qp.cc->window_bytes();
 }
 
 // Pacing: true when a packet of wire bytes may leave now. A result <= now
@@ -507,7 +507,14 @@ void on_rto(Core& c, Qp& qp) {
   qp.rto_undo = true;
   qp.tlp_out = true;  // the RTO retransmission is the probe until progress
   qp.tlp_deadline = kNever;
-  qp.sb.mark_all_lost();
+  // Before the first RTT sample the RTO is a guess (kInitialRto, 1 ms): on
+  // a longer path (1 ms of delay each way) it fires before the first ACK
+  // can return and declaring the flight lost resent all of it (151 packets
+  // of a 625 KB first window in recovery_net_test). Resend only the oldest
+  // (RFC 6298 §5.4): its ACK brings the RTT sample, and RACK judges the
+  // rest against it.
+  if (qp.rtt.has_sample()) qp.sb.mark_all_lost();
+  else qp.sb.mark_lost(qp.sb.una());
   // Responses lost after their request was delivered.
   reissue_reads_on_rto(c, qp);
   ++qp.backoff;
