@@ -106,11 +106,16 @@ void DefaultCongestionControl::on_ack(const AckSample& s) {
     return;
   }
   // Additive increase: ai MTUs per window's worth of acknowledged bytes; below
-  // one MTU the window grows by ai per ACK (Swift's fractional regime).
+  // one MTU, ai MTUs per acknowledged packet (Swift's fractional regime,
+  // cwnd += ai * num_acked). It was ai * cwnd per packet, a growth of
+  // cwnd^2 / MTU per RTT: a window cut to a tenth of a packet regained a
+  // hundredth of one per RTT, so a flow that lost its first window in an
+  // incast stayed far below its share and finished alone, 640 us after the
+  // rest (docs/evaluation.md §8).
   if (cwnd_ >= mtu) {
     cwnd_ += t_.ai_mtu_per_rtt * mtu * acked / cwnd_;
   } else {
-    cwnd_ += t_.ai_mtu_per_rtt * mtu * std::min(1.0, acked / mtu) * (cwnd_ / mtu);
+    cwnd_ += t_.ai_mtu_per_rtt * mtu * std::min(1.0, acked / mtu);
   }
   clamp();
 }

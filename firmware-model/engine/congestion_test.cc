@@ -224,5 +224,29 @@ TEST_CASE("default_cc__small_window_tolerates_a_queue_a_full_window_would_cut_fo
   CHECK(big.cwnd_bytes() < wb);
 }
 
+// Swift's fractional regime: below one MTU every acknowledged packet adds
+// ai MTUs (cwnd += ai * num_acked). The window grew by ai * cwnd per packet
+// instead, cwnd^2 / MTU per RTT: a flow cut to the floor in the first RTT
+// of an incast 64->1 (it lost its whole first window) held a twentieth of
+// a packet while the others held half a packet and more, and finished
+// alone 640 us after them (128 hosts, 1.112 x ideal; docs/evaluation.md §8).
+TEST_CASE("default_cc__sub_packet_window_regains_a_packet_per_acked_packet") {
+  DefaultCongestionControl cc(params());
+  for (int i = 0; i < 200; ++i) cc.on_timeout(1'000'000 * i);
+  REQUIRE(cc.cwnd_bytes() == doctest::Approx(50));  // the floor: 0.05 MTU
+  cc.on_ack(ack(1'000'000'000, 1000, 10'000));      // one packet, at base RTT, no CE
+  CHECK(cc.cwnd_bytes() == doctest::Approx(1050));
+  // Two sub-packet windows gain the same per acknowledged packet: the small
+  // one is not left behind.
+  DefaultCongestionControl a(params()), b(params());
+  for (int i = 0; i < 5; ++i) a.on_timeout(1'000'000 * i);  // 312 B
+  for (int i = 0; i < 4; ++i) b.on_timeout(1'000'000 * i);  // 625 B
+  const double a0 = a.cwnd_bytes(), b0 = b.cwnd_bytes();
+  REQUIRE(b0 < 1000);
+  a.on_ack(ack(1'000'000'000, 1000, 10'000));
+  b.on_ack(ack(1'000'000'000, 1000, 10'000));
+  CHECK(a.cwnd_bytes() - a0 == doctest::Approx(b.cwnd_bytes() - b0));
+}
+
 }  // namespace
 }  // namespace metaroce::fw
