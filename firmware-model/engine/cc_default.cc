@@ -109,11 +109,16 @@ void DefaultCongestionControl::on_ack(const AckSample& s) {
     return;
   }
   // Additive increase: ai MTUs per window's worth of acknowledged bytes; below
-  // one MTU the window grows by ai per ACK (Swift's fractional regime).
+  // one MTU, ai MTUs per acknowledged packet (Swift's fractional regime,
+  // cwnd += ai * num_acked). It was ai * cwnd per packet, a growth of
+  // cwnd^2 / MTU per RTT: a window cut to a tenth of a packet regained a
+  // hundredth of one per RTT, so a flow that lost its first window in an
+  // incast stayed far below its share and finished alone, 640 us after the
+  // rest (docs/evaluation.md §8).
   if (cwnd_ >= mtu) {
     cwnd_ += t_.ai_mtu_per_rtt * mtu * acked / cwnd_;
   } else {
-    cwnd_ += t_.ai_mtu_per_rtt * mtu * std::min(1.0, acked / mtu) * (cwnd_ / mtu);
+    cwnd_ += t_.ai_mtu_per_rtt * mtu * std::min(1.0, acked / mtu);
   }
   clamp();
 }
@@ -180,8 +185,23 @@ uint64_t DefaultCongestionControl::window_bytes() const {
 }
 
 Time DefaultCongestionControl::next_send_time(Time now, uint32_t bytes) {
-  if (next_send_ > now) return next_send_;
+  // The gap after the previous departure follows the window as it is now,
+  // not as it was when that packet left: a window at the floor (0.05 MTU)
+  // spaces packets ~400 us apart at a 4 KB MTU, and an ACK that lifts it
+  // to a packet or more used to leave the next departure at the old
+  // deadline. In a 64->1 incast the last flow still running sat out that
+  // gap alone with the link idle, ~470 us (docs/evaluation.md §8).
+  if (sent_ && now < last_send_ + pacing_gap(last_bytes_)) {
+    return last_send_ + pacing_gap(last_bytes_);
+  }
   // This call commits the departure: the caller sends now.
+  sent_ = true;
+  last_send_ = now;
+  last_bytes_ = bytes;
+  return now;
+}
+
+Time DefaultCongestionControl::pacing_gap(uint32_t bytes) const {
   double gap = 0;
   if (t_.pacing_line_rate > 0) {
     gap = static_cast<double>(bytes) * 8e9 /
@@ -190,8 +210,7 @@ Time DefaultCongestionControl::next_send_time(Time now, uint32_t bytes) {
   if (cwnd_ < p_.mtu_bytes) {  // sub-packet window: one packet per srtt*mtu/cwnd
     gap = std::max(gap, static_cast<double>(bytes) * srtt_ / cwnd_);
   }
-  next_send_ = now + static_cast<Time>(gap);
-  return now;
+  return static_cast<Time>(gap);
 }
 
 // cwnd per smoothed RTT, or the line-rate pacing when that is lower.

@@ -68,6 +68,8 @@ class DefaultCongestionControl final : public CongestionControlInterface {
   void set_base(Time base);
   void decrease(Time now, double factor);
   void clamp();
+  // Pacing gap after a departure of `bytes`, at the current window and srtt.
+  Time pacing_gap(uint32_t bytes) const;
 
   CongestionParams p_;
   DefaultCcTuning t_;
@@ -81,7 +83,10 @@ class DefaultCongestionControl final : public CongestionControlInterface {
   Time last_decrease_ = 0;
   bool decreased_once_ = false;
   uint32_t credit_ = 0;  // latest receiver grant in packets; 0 = no limit
-  Time next_send_ = 0;   // pacing clock
+  // Pacing: the previous departure; the next may leave pacing_gap() after it.
+  bool sent_ = false;
+  Time last_send_ = 0;
+  uint32_t last_bytes_ = 0;
   Time min_rtt_ = 0, min_rtt_at_ = 0;  // windowed minimum RTT (kMinRttWindow)
   Time base_ = 0;        // base RTT in use
   double before_timeout_ = 0;  // cwnd before the last on_timeout (0: none to undo)

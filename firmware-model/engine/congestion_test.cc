@@ -250,5 +250,54 @@ TEST_CASE("default_cc__small_window_tolerates_a_queue_a_full_window_would_cut_fo
   CHECK(big.cwnd_bytes() < wb);
 }
 
+// Swift's fractional regime: below one MTU every acknowledged packet adds
+// ai MTUs (cwnd += ai * num_acked). The window grew by ai * cwnd per packet
+// instead, cwnd^2 / MTU per RTT: a flow cut to the floor in the first RTT
+// of an incast 64->1 (it lost its whole first window) held a twentieth of
+// a packet while the others held half a packet and more, and finished
+// alone 640 us after them (128 hosts, 1.112 x ideal; docs/evaluation.md §8).
+TEST_CASE("default_cc__sub_packet_window_regains_a_packet_per_acked_packet") {
+  DefaultCongestionControl cc(params());
+  for (int i = 0; i < 200; ++i) cc.on_timeout(1'000'000 * i);
+  REQUIRE(cc.cwnd_bytes() == doctest::Approx(50));  // the floor: 0.05 MTU
+  cc.on_ack(ack(1'000'000'000, 1000, 10'000));      // one packet, at base RTT, no CE
+  CHECK(cc.cwnd_bytes() == doctest::Approx(1050));
+  // Two sub-packet windows gain the same per acknowledged packet: the small
+  // one is not left behind.
+  DefaultCongestionControl a(params()), b(params());
+  for (int i = 0; i < 5; ++i) a.on_timeout(1'000'000 * i);  // 312 B
+  for (int i = 0; i < 4; ++i) b.on_timeout(1'000'000 * i);  // 625 B
+  const double a0 = a.cwnd_bytes(), b0 = b.cwnd_bytes();
+  REQUIRE(b0 < 1000);
+  a.on_ack(ack(1'000'000'000, 1000, 10'000));
+  b.on_ack(ack(1'000'000'000, 1000, 10'000));
+  CHECK(a.cwnd_bytes() - a0 == doctest::Approx(b.cwnd_bytes() - b0));
+}
+
+// The pacing gap follows the window as it is when the next packet asks,
+// not as it was when the previous one left: a window at the floor paces
+// one packet per 200 us here, and the ACK that lifts it above a packet
+// frees the next departure at once. It waited out the old gap before: in
+// a 64->1 incast the last flow running sat ~470 us alone on an idle link
+// (128 hosts, 1.11 x ideal; docs/evaluation.md §8).
+TEST_CASE("default_cc__a_larger_window_shortens_the_pacing_gap_already_running") {
+  DefaultCongestionControl cc(params());
+  for (int i = 0; i < 200; ++i) cc.on_timeout(1'000'000 * i);
+  REQUIRE(cc.cwnd_bytes() == doctest::Approx(50));
+  const Time t0 = 1'000'000'000;
+  REQUIRE(cc.next_send_time(t0, 1000) == t0);  // leaves; the next is due ~200 us later
+  REQUIRE(cc.next_send_time(t0 + 10'000, 1000) > t0 + 100'000);
+  cc.on_ack(ack(t0 + 10'000, 1000, 10'000));  // clean: the window is a packet or more
+  REQUIRE(cc.cwnd_bytes() >= 1000);
+  CHECK(cc.next_send_time(t0 + 10'000, 1000) == t0 + 10'000);
+  // A smaller window lengthens it the same way.
+  DefaultCongestionControl d(params());
+  for (int i = 0; i < 4; ++i) d.on_timeout(1'000'000 * i);  // 625 B
+  REQUIRE(d.next_send_time(t0, 1000) == t0);
+  const Time due = d.next_send_time(t0, 1000);
+  d.on_timeout(t0 + 1);  // 312 B
+  CHECK(d.next_send_time(t0 + 1, 1000) > due);
+}
+
 }  // namespace
 }  // namespace metaroce::fw

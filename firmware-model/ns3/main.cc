@@ -37,10 +37,10 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --channels C         rings (allreduce-ring)                  (4)
   --slices S           pipelined pieces per chunk              (4)
   --senders N          incast senders, 0 = all                 (0)
-  --paths P            MetaRoCE path entropies per QP (1 = no spraying)  (4)
+  --paths P            MetaRoCE path entropies per QP (1 = no spraying)  (16)
   --cc NAME            MetaRoCE congestion control             (default)
   --mtu M              1024 | 2048 | 4096                      (4096)
-  --tx-room-kb K       MetaRoCE NIC: data queued before the engine is held (64; 0 = unbounded)
+  --tx-room-kb K       MetaRoCE NIC: data queued before the engine is held (0 = unbounded)  (0)
   --buffer-kb K        per-port egress buffer                  (1024)
   --shared-buffer-mb M shared buffer per switch (dynamic threshold) instead
   --ecn MODE           off | threshold | red    (metaroce: threshold, roce: red)

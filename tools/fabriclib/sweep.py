@@ -4,7 +4,7 @@
 Shows progress on one terminal line, then writes DIR/results.md (the table
 docs/evaluation.md quotes), DIR/results.csv and the plots (plot.py).
 Usage: tools/fabric-sim sweep [--preset goals|scale|ci|share] [--jobs N]
-       [--hosts N] [--out DIR] [--dry-run]
+       [--hosts N] [--out DIR] [--only WORD[,WORD..]] [--dry-run]
 """
 import argparse
 import csv
@@ -40,6 +40,9 @@ def presets(hosts):
     # QP's first window.
     room = ["--tx-room-kb", "64"]
     goals.append((f"a2a-metaroce-txroom64-{h}", ["alltoall", "--hosts", h] + room))
+    # 4 path entropies per QP, the engine's default (the simulator's is 16).
+    goals.append((f"a2a-metaroce-txroom64-paths4-{h}",
+                  ["alltoall", "--hosts", h, "--paths", "4"] + room))
     goals.append((f"a2a-loss-metaroce-txroom64-{h}",
                   ["alltoall", "--hosts", h, "--loss-link", "0", "--loss", "0.01"] + room))
     goals.append((f"incast64-metaroce-txroom64", ["incast", "--hosts", h, "--senders",
@@ -167,12 +170,17 @@ def main():
     ap.add_argument("--hosts", type=int, default=128)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--only", default="",
+                    help="comma-separated words; run only the preset's runs whose name has one")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args()
     sets = presets(a.hosts)
     if a.preset not in sets:
         sys.exit(f"sweep: unknown preset {a.preset!r} ({', '.join(sets)})")
     runs = sets[a.preset]
+    if a.only:
+        words = [w for w in a.only.split(",") if w]
+        runs = [(n, r) for n, r in runs if any(w in n for w in words)]
     out = a.out or f"out/fabric-{a.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     os.makedirs(out, exist_ok=True)
     if a.dry_run:
