@@ -345,6 +345,10 @@ uint64_t SendScoreboard::mark_all_lost() {
     lost += e.wire;
     to_lost(e, false);
   }
+  // Nothing is in flight now, so nothing is known to have left beyond the
+  // bitmap: the estimate would otherwise hide retransmissions from pipe.
+  beyond_bytes_ = 0;
+  beyond_pkts_ = 0;
   return lost;
 }
 

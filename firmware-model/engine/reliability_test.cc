@@ -181,6 +181,23 @@ TEST_CASE("scoreboard__acks_beyond_the_sack_bitmap_free_the_window_not_the_psns"
   CHECK(b.sb.bytes_in_flight() == 135'000);
 }
 
+// After a timeout nothing is in flight, so the beyond-bitmap estimate must
+// go too: kept, it would hide the retransmissions from pipe_bytes and let
+// the sender put up to the whole estimate on top of its window.
+TEST_CASE("scoreboard__rto_drops_the_beyond_bitmap_estimate") {
+  Board b;
+  b.send(200);
+  b.now += 10'000;
+  b.sb.on_ack(1000, ~uint64_t{0}, b.now, b.rtt);
+  for (int i = 0; i < 10; ++i) b.sb.on_unseen_delivery();
+  REQUIRE(b.sb.pipe_bytes() < b.sb.bytes_in_flight());
+  b.sb.mark_all_lost();
+  CHECK(b.sb.bytes_in_flight() == 0);
+  for (int i = 0; i < 3; ++i) b.sb.on_retransmit(*b.sb.next_lost(), 0, b.now);
+  CHECK(b.sb.bytes_in_flight() > 0);
+  CHECK(b.sb.pipe_bytes() == b.sb.bytes_in_flight());
+}
+
 TEST_CASE("scoreboard__rto_marks_in_psn_order_and_una_goes_first") {
   Board b;
   b.send(3);
