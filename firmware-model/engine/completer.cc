@@ -142,7 +142,13 @@ void on_ack(Core& c, Qp& qp, const proto::Frame& f) {
   if (a.ack_flags & 2) qp.rtt.on_spurious();  // the trigger was a duplicate
   qp.credit = a.credit;
   AckOutcome out = qp.sb.on_ack(a.cum_psn, a.sack, now, qp.rtt);
-  if (!out.progress && rtt && !(a.ack_flags & proto::kAckFlagDup)) qp.sb.on_unseen_delivery();
+  if (rtt && !(a.ack_flags & proto::kAckFlagDup)) {
+    // Beyond the SACK bitmap the echo names the packet; failing that (the
+    // first copy of a resent packet), one packet beyond is assumed to have
+    // left the network.
+    bool named = qp.sb.echo_delivery(a.echo_ts, a.echo_path, now, qp.rtt, &out);
+    if (!named && !out.progress) qp.sb.on_unseen_delivery();
+  }
   if (rtt) qp.sb.on_echo(now - rtt, rtt);
   Time recheck = kNever;
   std::vector<uint8_t>& lost_paths = c.lost_paths();

@@ -176,7 +176,7 @@ void SendScoreboard::leave_flight(TxEntry& e) {
 }
 
 TxEntry& SendScoreboard::add_new(uint32_t wqe_seq, uint32_t offset, uint32_t len, uint32_t wire,
-                                 uint8_t path, Time now) {
+                                 uint8_t path, Time now, uint32_t stamp) {
   if (nxt_ - una_ >= ring_.size()) grow();
   TxEntry& e = slot(nxt_);
   e = TxEntry{};
@@ -187,6 +187,7 @@ TxEntry& SendScoreboard::add_new(uint32_t wqe_seq, uint32_t offset, uint32_t len
   e.wire = wire;
   e.path = path;
   e.sent = now;
+  e.stamp = stamp;
   e.xmits = 1;
   e.state = TxState::kInFlight;
   list_append(e);
@@ -195,11 +196,12 @@ TxEntry& SendScoreboard::add_new(uint32_t wqe_seq, uint32_t offset, uint32_t len
   return e;
 }
 
-void SendScoreboard::on_retransmit(TxEntry& e, uint8_t path, Time now) {
+void SendScoreboard::on_retransmit(TxEntry& e, uint8_t path, Time now, uint32_t stamp) {
   assert(e.state == TxState::kLost);
   --lost_count_;
   e.state = TxState::kInFlight;
   e.sent = now;
+  e.stamp = stamp;
   e.path = path;
   ++e.xmits;
   e.lost_by_rack = false;
@@ -272,6 +274,32 @@ void SendScoreboard::on_unseen_delivery() {
   ++beyond_pkts_;
 }
 
+bool SendScoreboard::echo_delivery(uint32_t echo_ts, uint8_t path, Time now,
+                                   const RttEstimator& rtt, AckOutcome* out) {
+  // The send-order list holds the in-flight transmissions oldest first, and
+  // their stamps rise strictly along it (take_stamp): the echoed one is
+  // found before the first younger stamp. It is normally near the head:
+  // only packets lost (not yet judged) or overtaken sit before it.
+  uint32_t n = 0;
+  for (uint64_t i = head_; i && n < kEchoScan; ++n) {
+    TxEntry& e = slot(static_cast<uint32_t>(i - 1));
+    const int32_t d = static_cast<int32_t>(e.stamp - echo_ts);
+    if (d > 0) return false;
+    if (d == 0) {
+      if (e.path != path) return false;
+      // Inside the bitmap an ACK names it by its bit; only beyond is news.
+      if (proto::seq_lt(e.psn, report_end_)) return false;
+      if (proto::seq_lt(e.psn, report_end_ + beyond_pkts_)) {
+        beyond_bytes_ -= std::min<uint64_t>(beyond_bytes_, e.wire);  // counted already
+      }
+      deliver(e, now, rtt, out);
+      return true;
+    }
+    i = e.next;
+  }
+  return false;
+}
+
 AckOutcome SendScoreboard::on_delivered(uint32_t psn, Time now, const RttEstimator& rtt) {
   AckOutcome out;
   if (TxEntry* e = find(psn)) deliver(*e, now, rtt, &out);
@@ -314,15 +342,37 @@ uint64_t SendScoreboard::detect_losses(Time now, const RttEstimator& rtt, Time* 
   uint64_t lost = 0;
   *recheck = kNever;
   Time reo_wnd = rtt.reorder_window();
-  // Only PSNs the responder can report (its cumulative point + the 64-bit
-  // SACK bitmap) can be judged: a delivered packet beyond that range looks
-  // exactly like a lost one. So the scan is bounded by 65 entries.
+  // The PSNs the responder's bitmap reports (its cumulative point + 64
+  // SACK bits), in PSN order: at most 65 entries.
   uint32_t end = proto::seq_lt(report_end_, nxt_) ? report_end_ : nxt_;
   for (uint32_t p = una_; proto::seq_lt(p, end); ++p) {
     TxEntry& e = slot(p);
     if (e.state != TxState::kInFlight) continue;
     // Judge only packets sent before one known delivered.
     if (e.send_seq >= rack_seq_ && e.sent >= rack_time_) continue;
+    Time deadline = e.sent + std::max(rack_rtt_, rtt.expected_ack(e.path)) + reo_wnd;
+    if (deadline > now) {
+      *recheck = std::min(*recheck, deadline);
+      continue;
+    }
+    lost += e.wire;
+    if (lost_paths) lost_paths->push_back(e.path);
+    to_lost(e, true);
+  }
+  // Beyond the bitmap an ACK names a packet by its echo (echo_delivery):
+  // while a hole holds cum the responder acknowledges every packet at once
+  // (docs/protocol.md §6.6), so a packet there sent before one delivered
+  // and overdue was lost, or its ACK was (then the resend is a duplicate,
+  // which widens the reorder window). Send order, oldest first, up to the
+  // first sent after the newest delivered; at most kEchoScan looked at.
+  // Only a delivery known by PSN counts here (rack_seq_), not on_echo's
+  // time: an echo nothing matched may be a resent packet's first copy.
+  uint32_t n = 0;
+  for (uint64_t i = head_; i && n < kEchoScan; ++n) {
+    TxEntry& e = slot(static_cast<uint32_t>(i - 1));
+    i = e.next;
+    if (e.send_seq >= rack_seq_) break;
+    if (proto::seq_lt(e.psn, end)) continue;  // judged above
     Time deadline = e.sent + std::max(rack_rtt_, rtt.expected_ack(e.path)) + reo_wnd;
     if (deadline > now) {
       *recheck = std::min(*recheck, deadline);

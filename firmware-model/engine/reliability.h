@@ -110,6 +110,7 @@ struct TxEntry {
   uint32_t len = 0;      // payload bytes (READ_REQ: range length)
   uint32_t wire = 0;     // bytes charged to the congestion window
   Time sent = 0;
+  uint32_t stamp = 0;     // MBTH.timestamp of the latest transmission (stamp())
   uint64_t send_seq = 0;  // order of the latest (re)transmission
   uint64_t prev = 0, next = 0;  // send-order list, by send_seq owner psn+1 (0 = none)
   uint16_t xmits = 0;
@@ -150,10 +151,11 @@ class SendScoreboard {
     return e && e->state == TxState::kDelivered;
   }
   // Records a first transmission at nxt(); returns the entry (psn filled).
+  // `stamp`: its MBTH.timestamp (take_stamp).
   TxEntry& add_new(uint32_t wqe_seq, uint32_t offset, uint32_t len, uint32_t wire, uint8_t path,
-                   Time now);
+                   Time now, uint32_t stamp = 0);
   // Records a retransmission of a kLost entry.
-  void on_retransmit(TxEntry& e, uint8_t path, Time now);
+  void on_retransmit(TxEntry& e, uint8_t path, Time now, uint32_t stamp = 0);
 
   AckOutcome on_ack(uint32_t cum, uint64_t sack, Time now, const RttEstimator& rtt);
   // An ACK echoed the timestamp of a packet sent at `sent`: some packet
@@ -167,6 +169,24 @@ class SendScoreboard {
   void on_unseen_delivery();
   // One PSN is known delivered (a READ or atomic response names it).
   AckOutcome on_delivered(uint32_t psn, Time now, const RttEstimator& rtt);
+  // The MBTH.timestamp of a transmission about to leave: the clock, truncated,
+  // but strictly above the previous transmission's, so that an ACK's
+  // echo_ts names exactly one transmission of this QP (echo_delivery).
+  uint32_t take_stamp(Time now) {
+    const uint32_t t = static_cast<uint32_t>(now);
+    last_stamp_ = stamped_ && static_cast<int32_t>(t - last_stamp_) <= 0 ? last_stamp_ + 1 : t;
+    stamped_ = true;
+    return last_stamp_;
+  }
+  // An ACK echoed `echo_ts` and `path`: the transmission that carried them
+  // arrived. When it is in flight beyond the SACK bitmap, it is delivered
+  // (RACK then judges the packets sent before it, bitmap or not); returns
+  // false when no in-flight transmission matches (a retransmitted packet's
+  // first copy, an old echo), for the caller's fallback. Looks at most
+  // kEchoScan of the oldest transmissions in flight.
+  bool echo_delivery(uint32_t echo_ts, uint8_t path, Time now, const RttEstimator& rtt,
+                     AckOutcome* out);
+  static constexpr uint32_t kEchoScan = 256;
 
   // RACK, multipath-aware: moves to the lost queue the in-flight packets
   // within the responder's reportable range (cum .. cum+64) that were sent
@@ -230,6 +250,8 @@ class SendScoreboard {
   uint64_t head_ = 0, tail_ = 0;
   // RACK state: the most recently sent packet known delivered
   uint64_t rack_seq_ = 0;
+  uint32_t last_stamp_ = 0;  // stamp of the latest transmission
+  bool stamped_ = false;
   Time rack_time_ = 0;  // send time of the newest delivered packet (SACK or echo)
   Time rack_rtt_ = 0;
   // FIFO of lost PSNs (ring buffer, grows)

@@ -90,7 +90,7 @@ struct Board {
     for (int i = 0; i < 50; ++i) rtt.sample(10'000, 0);
   }
   void send(int n, uint8_t path = 0) {
-    for (int i = 0; i < n; ++i) sb.add_new(0, 0, 1000, 1000, path, now);
+    for (int i = 0; i < n; ++i) sb.add_new(0, 0, 1000, 1000, path, now, sb.take_stamp(now));
   }
 };
 }  // namespace
@@ -184,6 +184,48 @@ TEST_CASE("scoreboard__acks_beyond_the_sack_bitmap_free_the_window_not_the_psns"
 // After a timeout nothing is in flight, so the beyond-bitmap estimate must
 // go too: kept, it would hide the retransmissions from pipe_bytes and let
 // the sender put up to the whole estimate on top of its window.
+// A hole holds cum, and no SACK bit can name a packet more than 64 PSNs
+// past it; the ACK it triggered still echoes its timestamp, unique per QP
+// (take_stamp), so it is delivered, and RACK judges the packets beyond the
+// bitmap sent before it. Without it a window over 64 packets recovered one
+// hole per round trip: recovery_net_test's write at 1 % loss + 1 ms was at
+// 0.41 of the clean path (0.90 with it).
+TEST_CASE("scoreboard__an_echo_names_a_packet_beyond_the_sack_bitmap") {
+  Board b;
+  b.send(200);  // 1000 .. 1199, all in one nanosecond
+  for (uint32_t p = 1001; p < 1200; ++p) {
+    CHECK(static_cast<int32_t>(b.sb.find(p)->stamp - b.sb.find(p - 1)->stamp) == 1);
+  }
+  const uint32_t s1100 = b.sb.find(1100)->stamp, s1101 = b.sb.find(1101)->stamp;
+  const uint32_t s1030 = b.sb.find(1030)->stamp;
+  b.now += 10'000;
+  b.sb.on_ack(1000, ~uint64_t{0}, b.now, b.rtt);  // 1000 lost; 1001 .. 1064 SACKed
+  AckOutcome o;
+  CHECK_FALSE(b.sb.echo_delivery(s1101, 1, b.now, b.rtt, &o));  // not its path
+  CHECK_FALSE(b.sb.echo_delivery(s1030, 0, b.now, b.rtt, &o));  // the bitmap named it
+  CHECK_FALSE(b.sb.echo_delivery(s1100 + 1000, 0, b.now, b.rtt, &o));  // never sent
+  CHECK(o.newly_acked_pkts == 0);
+  REQUIRE(b.sb.echo_delivery(s1100, 0, b.now, b.rtt, &o));
+  CHECK(o.newly_acked_pkts == 1);
+  CHECK(b.sb.delivered(1100));
+  CHECK_FALSE(b.sb.delivered(1099));
+  b.now += 100'000;
+  Time recheck = 0;
+  b.sb.detect_losses(b.now, b.rtt, &recheck, nullptr);
+  CHECK(b.sb.lost_count() == 1 + 35);  // 1000 and 1065 .. 1099, sent before 1100
+  CHECK(b.sb.find(1101)->state == TxState::kInFlight);
+}
+
+TEST_CASE("scoreboard__stamps_rise_across_the_32_bit_wrap") {
+  SendScoreboard sb;
+  const Time t = (Time{1} << 32) - 2;
+  CHECK(sb.take_stamp(t) == 0xFFFFFFFEu);
+  CHECK(sb.take_stamp(t) == 0xFFFFFFFFu);
+  CHECK(sb.take_stamp(t) == 0u);
+  CHECK(sb.take_stamp(t + 1) == 1u);  // the clock is behind the stamps: +1
+  CHECK(sb.take_stamp(t + 10) == static_cast<uint32_t>(t + 10));
+}
+
 TEST_CASE("scoreboard__rto_drops_the_beyond_bitmap_estimate") {
   Board b;
   b.send(200);

@@ -63,7 +63,7 @@ WcStatus build(Core& c, Qp& qp, SendWqe& w, uint32_t psn, uint32_t offset, uint3
   m.psn = psn;
   m.msn = w.msn;
   m.offset = offset;
-  m.timestamp = static_cast<uint32_t>(c.now());
+  m.timestamp = qp.sb.take_stamp(c.now());  // unique per QP: an echo names it
   bool last = w.is_rd() || offset + len == w.length;
   if (last) m.flags |= proto::kFlagLast | proto::kFlagAckReq;
   if (last && (wr.send_flags & kSendSolicited)) m.flags |= proto::kFlagSolicited;
@@ -176,7 +176,7 @@ State retransmit(Core& c, Qp& qp, TxEntry& e) {
   }
   c.bump(&qp, &Counters::tx_retransmits);
   if (e.lost_by_rack) c.bump(&qp, &Counters::fast_retransmits);
-  qp.sb.on_retransmit(e, path, c.now());
+  qp.sb.on_retransmit(e, path, c.now(), p.mbth.timestamp);
   c.send(qp, p, path);
   return State::kSent;
 }
@@ -261,7 +261,7 @@ State segment(Core& c, Qp& qp) {
     return State::kBlockedOrder;
   }
   if (window_full_after(qp, wire)) p.mbth.flags |= proto::kFlagAckReq;
-  qp.sb.add_new(seq, w.sent, len, wire, path, c.now());
+  qp.sb.add_new(seq, w.sent, len, wire, path, c.now(), p.mbth.timestamp);
   if (w.sent == 0) w.first_psn = psn;
   w.max_psn = psn;
   w.sent += len;
@@ -401,7 +401,7 @@ void reissue_read(Core& c, Qp& qp, uint32_t seq, uint32_t limit) {
     uint32_t psn = qp.sb.nxt();
     proto::Packet p;
     build(c, qp, w, psn, off, len, path, true, &p);
-    qp.sb.add_new(seq, off, len, wire_bytes(w.wr.opcode, len), path, c.now());
+    qp.sb.add_new(seq, off, len, wire_bytes(w.wr.opcode, len), path, c.now(), p.mbth.timestamp);
     w.max_psn = psn;
     c.bump(&qp, &Counters::tx_retransmits);
     c.send(qp, p, path);

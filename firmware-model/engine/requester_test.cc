@@ -43,13 +43,16 @@ TEST_CASE("requester__write_segments_at_mtu_with_reth_in_every_packet") {
                              "tx RDMA_WRITE psn 1002 msn 0 off 2048 len 452 LAST ACKREQ",
                          }));
   REQUIRE(t.a.port.raw.size() == 3);
+  // The clock's nanosecond, and strictly rising after it within one
+  // nanosecond, so that an ACK's echo names one transmission.
+  uint32_t stamp = static_cast<uint32_t>(t.clock.t);
   for (auto& o : t.a.port.raw) {
+    CHECK(o.packet.mbth.timestamp == stamp++);
     CHECK(o.packet.reth.va == t.b.base() + 100);
     CHECK(o.packet.reth.rkey == t.b.mr.rkey);
     CHECK(o.packet.reth.length == 2500);
     CHECK(o.packet.mbth.dest_qpn == t.b.qpn);
     CHECK((o.src_port & 0xC000) == 0xC000);
-    CHECK(o.packet.mbth.timestamp == static_cast<uint32_t>(t.clock.t));
     CHECK(o.dst_ip == t.b.ip);
     CHECK(o.src_ip == t.a.ip);
   }

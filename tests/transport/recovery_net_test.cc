@@ -135,10 +135,12 @@ void scenario(fw::WrOpcode op, uint32_t depth, const std::string& name, const Go
 
 // Issue 15's goals are 0.95 (write) and 0.90 (read) in every column. Met
 // here: loss 1 % for WRITE. Before session 7 (rec): write 0.93 / 0.99 /
-// 0.18, read 0.98 / 0.88 / 0.36 (delay / loss / both); the floors below
-// keep what was won (docs/benchmark.md, "Loss and delay recovery").
+// 0.18, read 0.98 / 0.88 / 0.36 (delay / loss / both); session 7: write
+// loss + delay 0.41; session 8 (echo-named delivery beyond the SACK
+// bitmap): 0.90. The floors below keep what was won (docs/benchmark.md,
+// "Loss and delay recovery").
 TEST_CASE("recovery_net__write_64k_keeps_goodput_under_loss_and_delay") {
-  scenario(fw::WrOpcode::kRdmaWrite, 128, "ib_write_bw-like, 128 x 64 KiB", {0.95, 0.90, 0.38});
+  scenario(fw::WrOpcode::kRdmaWrite, 128, "ib_write_bw-like, 128 x 64 KiB", {0.95, 0.90, 0.85});
 }
 
 TEST_CASE("recovery_net__read_64k_keeps_goodput_under_loss_and_delay") {
