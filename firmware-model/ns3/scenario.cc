@@ -315,6 +315,8 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
     << (s.work.interleaved ? "true" : "false") << ",\n  \"background\": " << s.work.background
     << ",\n  \"background_bytes\": " << s.work.background_bytes
     << ",\n  \"shared_qp\": " << (s.work.shared_qp ? "true" : "false")
+    << ",\n  \"incast_senders\": " << s.work.incast_senders
+    << ",\n  \"incast_spread\": " << (s.work.incast_spread ? "true" : "false")
     << ",\n  \"send_depth\": " << s.send_depth << ",\n  \"recv_depth\": " << s.recv_depth
     << ",\n  \"seed\": " << s.seed
     << ",\n  \"completed\": " << (r.completed ? "true" : "false")

@@ -372,3 +372,26 @@ TEST_CASE("metaroce__alltoall_over_one_qp_per_pair_completes_byte_exact") {
   s.send_depth = s.recv_depth = 2;
   require_byte_exact(fab::run(s));
 }
+
+// --spread: 4 incast senders on 16 hosts (4 leaves) are one per leaf
+// (hosts 1, 4, 8, 12), not hosts 1..4, which would fill leaf 0 and spill
+// one host onto leaf 1.
+TEST_CASE("incast__spread_puts_the_senders_one_per_leaf") {
+  auto s = scenario("incast", "metaroce", 64 * 1024);
+  s.work.incast_senders = 4;
+  s.work.incast_spread = true;
+  REQUIRE(fab::check(s) == "");
+  const fab::RunResult r = fab::run(s);
+  require_byte_exact(r);
+  std::set<uint32_t> senders, leaves;
+  for (const auto& f : r.flow_records) {
+    CHECK(f.dst == 0);
+    senders.insert(f.src);
+    leaves.insert(f.src / s.topo.hosts_per_leaf);
+  }
+  CHECK(senders == std::set<uint32_t>{1, 4, 8, 12});
+  CHECK(leaves.size() == 4);
+  s.work.kind = "alltoall";
+  s.work.incast_spread = true;
+  CHECK(fab::check(s) == "--spread is for incast");
+}
