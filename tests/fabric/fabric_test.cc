@@ -4,6 +4,7 @@
 // depends on wall-clock speed.
 #include <array>
 #include <set>
+#include <sstream>
 
 #include "doctest/doctest.h"
 #include "firmware-model/ns3/roce_nic.h"
@@ -394,4 +395,23 @@ TEST_CASE("incast__spread_puts_the_senders_one_per_leaf") {
   s.work.kind = "alltoall";
   s.work.incast_spread = true;
   CHECK(fab::check(s) == "--spread is for incast");
+}
+
+// The slowdown baseline is a flow alone on its own path. A 1-channel ring's
+// steps go mostly to a neighbour on the same leaf (2 links) and run on an
+// idle fabric, so they take about that time: p50 ~1. A baseline that counts
+// 4 links for every flow put the p50 at ~0.5, which no flow can beat.
+TEST_CASE("slowdown__ring_neighbours_on_one_leaf_are_not_faster_than_alone") {
+  auto s = scenario("allreduce-ring", "metaroce", 16 * 6144);
+  s.work.channels = s.work.slices = 1;
+  const fab::RunResult r = fab::run(s);
+  require_byte_exact(r);
+  INFO("p50 " << r.slowdown.p50 << " p99 " << r.slowdown.p99);
+  CHECK(r.slowdown.p50 >= 0.99);
+  CHECK(r.slowdown.p50 <= 1.2);
+  // flows.csv carries the same per-flow figure, so plots use this baseline.
+  std::ostringstream csv;
+  fab::write_flows_csv(csv, r);
+  CHECK(csv.str().starts_with("flow,src,dst,bytes,start_us,end_us,fct_us,slowdown\n"));
+  REQUIRE(r.flow_slowdown.size() == r.flow_records.size());
 }
