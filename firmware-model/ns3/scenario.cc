@@ -98,14 +98,12 @@ void collect_switches(Fabric& f, double dur_ns, RunResult& r) {
       t.avg_queue_bytes +=
           (q.byte_ns + static_cast<double>(q.bytes) * (dur_ns - q.last_ns)) / dur_ns;
       t.pfc_paused_us += pc.paused_ns / 1e3;
+      t.drops += q.drops;
+      t.ecn_marked += q.ecn_marked;
+      t.pfc_pause_sent += q.pfc_tx_pause;
       r.drops_random_loss += pc.rx_drop_random_loss;
       r.drops_link_down += pc.drop_link_down;
     }
-    // Drops, marks and pauses are counted per switch; attribute to its tier's down side.
-    TierStats& t = tiers[tier_name(*s, false)];
-    t.drops += c.drop_buffer_full;
-    t.ecn_marked += c.ecn_marked;
-    t.pfc_pause_sent += c.pfc_tx_pause;
   }
   for (auto& [name, t] : tiers) {
     t.name = name;

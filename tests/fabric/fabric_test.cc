@@ -415,3 +415,25 @@ TEST_CASE("slowdown__ring_neighbours_on_one_leaf_are_not_faster_than_alone") {
   CHECK(csv.str().starts_with("flow,src,dst,bytes,start_us,end_us,fct_us,slowdown\n"));
   REQUIRE(r.flow_slowdown.size() == r.flow_records.size());
 }
+
+// Drops, ECN marks and pauses are reported under the tier of the queue that
+// made them. At 2:1 oversubscription the all-to-all queues on the leaves'
+// uplinks, so "leaf-up" holds marks; counted per switch and filed under its
+// down tier, leaf-up always showed 0.
+TEST_CASE("tiers__ecn_marks_are_reported_where_the_marking_queue_is") {
+  auto s = scenario("alltoall", "metaroce", 64 * 1024);
+  s.topo.oversubscription = 2;
+  REQUIRE(fab::check(s) == "");
+  const fab::RunResult r = fab::run(s);
+  require_byte_exact(r);
+  uint64_t marks = 0, drops = 0, leaf_up_marks = 0;
+  for (const auto& t : r.tiers) {
+    INFO(t.name << " marks " << t.ecn_marked << " drops " << t.drops);
+    marks += t.ecn_marked;
+    drops += t.drops;
+    if (t.name == "leaf-up") leaf_up_marks = t.ecn_marked;
+  }
+  CHECK(marks == r.ecn_marked);
+  CHECK(drops == r.drops_buffer);
+  CHECK(leaf_up_marks > 0);
+}
