@@ -37,6 +37,7 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --channels C         rings (allreduce-ring)                  (4)
   --slices S           pipelined pieces per chunk              (4)
   --senders N          incast senders, 0 = all                 (0)
+  --spread on|off      incast: senders evenly over the hosts (one per leaf at 64 of 1,024), not hosts 1..N  (off)
   --paths P            MetaRoCE path entropies per QP (1 = no spraying)  (16)
   --cc NAME            MetaRoCE congestion control             (default)
   --mtu M              1024 | 2048 | 4096                      (4096)
@@ -118,6 +119,11 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
       {"channels", [&] { s.work.channels = static_cast<uint32_t>(to_u64(v, k)); }},
       {"slices", [&] { s.work.slices = static_cast<uint32_t>(to_u64(v, k)); }},
       {"senders", [&] { s.work.incast_senders = static_cast<uint32_t>(to_u64(v, k)); }},
+      {"spread",
+       [&] {
+         if (v != "on" && v != "off") die("--spread is on or off");
+         s.work.incast_spread = v == "on";
+       }},
       {"paths", [&] { s.num_paths = static_cast<uint32_t>(to_u64(v, k)); }},
       {"cc", [&] { s.congestion = v; }},
       {"mtu", [&] { s.mtu = static_cast<uint32_t>(to_u64(v, k)); }},

@@ -31,6 +31,18 @@ int64_t one_way_ns(const TopologyConfig& t, uint64_t bytes, uint32_t mtu) {
   return static_cast<int64_t>(links * (t.link_delay_ns + ser));
 }
 
+// A flow alone on an idle fabric, store and forward over its own path: the
+// propagation of every link, every frame serialized once (the frames
+// pipeline), plus the first frame serialized again at each switch.
+double alone_ns(const TopologyConfig& t, const Flow& f, uint32_t mtu) {
+  const int links = static_cast<int>(host_links(t, f.src, f.dst));
+  const uint64_t frames = std::max<uint64_t>(1, (uint64_t{f.len} + mtu - 1) / mtu);
+  const double wire_bytes = static_cast<double>(f.len) + frames * kWireOverhead;
+  const double first = (std::min<uint64_t>(f.len, mtu) + kWireOverhead) * 8e9 / t.link_bps;
+  return links * static_cast<double>(t.link_delay_ns) + wire_bytes * 8e9 / t.link_bps +
+         std::max(0, links - 1) * first;
+}
+
 Percentiles percentiles(std::vector<double> v) {
   Percentiles p;
   if (v.empty()) return p;
@@ -86,14 +98,12 @@ void collect_switches(Fabric& f, double dur_ns, RunResult& r) {
       t.avg_queue_bytes +=
           (q.byte_ns + static_cast<double>(q.bytes) * (dur_ns - q.last_ns)) / dur_ns;
       t.pfc_paused_us += pc.paused_ns / 1e3;
+      t.drops += q.drops;
+      t.ecn_marked += q.ecn_marked;
+      t.pfc_pause_sent += q.pfc_tx_pause;
       r.drops_random_loss += pc.rx_drop_random_loss;
       r.drops_link_down += pc.drop_link_down;
     }
-    // Drops, marks and pauses are counted per switch; attribute to its tier's down side.
-    TierStats& t = tiers[tier_name(*s, false)];
-    t.drops += c.drop_buffer_full;
-    t.ecn_marked += c.ecn_marked;
-    t.pfc_pause_sent += c.pfc_tx_pause;
   }
   for (auto& [name, t] : tiers) {
     t.name = name;
@@ -126,17 +136,19 @@ void collect_nics(const std::vector<std::unique_ptr<Nic>>& nics, RunResult& r) {
 
 void collect_flows(const Workload& w, const Scenario& s, RunResult& r) {
   std::vector<double> slow, fct;
-  for (const Flow& f : w.flows()) {
+  r.flow_records = w.flows();
+  r.flow_slowdown.assign(r.flow_records.size(), 0);
+  for (size_t i = 0; i < r.flow_records.size(); ++i) {
+    const Flow& f = r.flow_records[i];
     if (f.end_ns < 0) continue;
     const double t = static_cast<double>(f.end_ns - f.start_ns);
-    const double alone = f.len * 8e9 / s.topo.link_bps + one_way_ns(s.topo, f.len, s.mtu);
+    r.flow_slowdown[i] = t / alone_ns(s.topo, f, s.mtu);
     fct.push_back(t / 1e3);
-    slow.push_back(t / alone);
+    slow.push_back(r.flow_slowdown[i]);
   }
   r.flows = fct.size();
   r.fct_us = percentiles(fct);
   r.slowdown = percentiles(slow);
-  r.flow_records = w.flows();
 }
 
 std::unique_ptr<Nic> make_nic(const Scenario& s, uint32_t h, Fabric& f, uint64_t mem,
@@ -315,6 +327,8 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
     << (s.work.interleaved ? "true" : "false") << ",\n  \"background\": " << s.work.background
     << ",\n  \"background_bytes\": " << s.work.background_bytes
     << ",\n  \"shared_qp\": " << (s.work.shared_qp ? "true" : "false")
+    << ",\n  \"incast_senders\": " << s.work.incast_senders
+    << ",\n  \"incast_spread\": " << (s.work.incast_spread ? "true" : "false")
     << ",\n  \"send_depth\": " << s.send_depth << ",\n  \"recv_depth\": " << s.recv_depth
     << ",\n  \"seed\": " << s.seed
     << ",\n  \"completed\": " << (r.completed ? "true" : "false")
@@ -363,12 +377,13 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
 }
 
 void write_flows_csv(std::ostream& o, const RunResult& r) {
-  o << "flow,src,dst,bytes,start_us,end_us,fct_us\n";
+  o << "flow,src,dst,bytes,start_us,end_us,fct_us,slowdown\n";
   for (size_t i = 0; i < r.flow_records.size(); ++i) {
     const Flow& f = r.flow_records[i];
     if (f.end_ns < 0) continue;
     o << i << "," << f.src << "," << f.dst << "," << f.len << "," << f.start_ns / 1e3 << ","
-      << f.end_ns / 1e3 << "," << (f.end_ns - f.start_ns) / 1e3 << "\n";
+      << f.end_ns / 1e3 << "," << (f.end_ns - f.start_ns) / 1e3 << ","
+      << (i < r.flow_slowdown.size() ? r.flow_slowdown[i] : 0) << "\n";
   }
 }
 

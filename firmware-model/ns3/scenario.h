@@ -91,6 +91,7 @@ struct RunResult {
   std::vector<JobSummary> jobs;  // several jobs and/or background: each one's figures
   std::vector<QueueSample> samples;
   std::vector<Flow> flow_records;
+  std::vector<double> flow_slowdown;  // per flow record; 0 if it did not finish
 };
 
 RunResult run(const Scenario& s);

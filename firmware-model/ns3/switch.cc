@@ -106,7 +106,10 @@ void Switch::on_frame(int in, Ptr<const ns3::Packet> frame) {
   PortState& o = ports_[out];
   const uint32_t size = frame->GetSize();
   if (!admit(o, size)) {
-    if (!try_trim(o, frame)) ++counters_.drop_buffer_full;
+    if (!try_trim(o, frame)) {
+      ++counters_.drop_buffer_full;
+      ++o.q.drops;
+    }
     return;
   }
   Ptr<ns3::Packet> p = frame->Copy();
@@ -116,6 +119,7 @@ void Switch::on_frame(int in, Ptr<const ns3::Packet> frame) {
     mark_ce(bytes);
     p = ns3::Create<ns3::Packet>(bytes.data(), size);
     ++counters_.ecn_marked;
+    ++o.q.ecn_marked;
   }
   const int64_t now = ns3::Simulator::Now().GetNanoSeconds();
   o.data.push_back({p, in});
@@ -167,6 +171,7 @@ void Switch::send_pfc(int port, bool pause) {
   PortState& p = ports_[port];
   p.pause_sent = pause;
   ++(pause ? counters_.pfc_tx_pause : counters_.pfc_tx_resume);
+  if (pause) ++p.q.pfc_tx_pause;
   p.control.push_back(ns3::Create<ns3::Packet>(f.data(), f.size()));
   p.port->wake();
 }

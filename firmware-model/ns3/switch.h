@@ -46,6 +46,9 @@ struct SwitchConfig {
 };
 
 struct QueueStats {
+  // This port's share of SwitchCounters, so reports can name the tier of the
+  // queue that dropped or marked (drops and marks: egress; pauses: sent here).
+  uint64_t drops = 0, ecn_marked = 0, pfc_tx_pause = 0;
   uint64_t max_bytes = 0;
   double byte_ns = 0;  // time integral of the queue length
   uint64_t bytes = 0;

@@ -24,6 +24,18 @@ uint32_t spine_count(const TopologyConfig& t) {
 }
 }  // namespace
 
+uint32_t host_links(const TopologyConfig& t, uint32_t a, uint32_t b) {
+  if (a == b) return 0;
+  if (t.kind == TopologyConfig::Kind::kFatTree) {
+    const uint32_t half = fat_tree_k(t.hosts) / 2;
+    if (a / half == b / half) return 2;                // same edge switch
+    return a / (half * half) == b / (half * half) ? 4  // same pod
+                                                   : 6;
+  }
+  const uint32_t hpl = std::min(t.hosts, t.hosts_per_leaf);
+  return a / hpl == b / hpl ? 2 : 4;
+}
+
 std::string check(const TopologyConfig& t) {
   std::ostringstream e;
   if (t.hosts < 2) return "need at least 2 hosts";

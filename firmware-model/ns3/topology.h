@@ -31,6 +31,9 @@ struct TopologyConfig {
 
 // Names the error when the parameters do not make a topology ("" = fine).
 std::string check(const TopologyConfig& t);
+// Links on a shortest path between hosts a and b: 2 under one leaf (edge),
+// 4 across the spines (within a fat-tree pod), 6 across fat-tree cores.
+uint32_t host_links(const TopologyConfig& t, uint32_t a, uint32_t b);
 
 class Fabric {
  public:

@@ -339,7 +339,12 @@ class PointToPoint final : public Workload {
       }
     } else if (w.kind == "incast") {
       const uint32_t senders = w.incast_senders ? w.incast_senders : n_ - 1;
-      for (uint32_t s = 1; s <= senders; ++s) pairs_.push_back({s, 0});
+      // Spread: sender i is host 1 + i (n-1) / senders, evenly over the
+      // fabric (64 of 1,024 hosts: one per leaf), instead of hosts 1..senders.
+      for (uint32_t i = 0; i < senders; ++i) {
+        const uint64_t s = w.incast_spread ? 1 + uint64_t{i} * (n_ - 1) / senders : 1 + i;
+        pairs_.push_back({static_cast<uint32_t>(s), 0});
+      }
     } else {  // permutation: Sattolo's shuffle gives a single cycle, no fixed point
       std::vector<uint32_t> p(n_);
       std::iota(p.begin(), p.end(), 0);
@@ -666,6 +671,7 @@ std::string check(const WorkloadConfig& w) {
     return "background bytes must be in 1..2^30";
   }
   if (k == "incast" && w.incast_senders >= w.hosts) return "incast senders must be < hosts";
+  if (w.incast_spread && k != "incast") return "--spread is for incast";
   return "";
 }
 

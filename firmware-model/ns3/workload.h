@@ -46,6 +46,7 @@ struct WorkloadConfig {
   double background = 0;        // load fraction of every host link, 0 = none
   uint64_t background_bytes = 64 * 1024;  // per background message
   uint32_t incast_senders = 0;  // 0 = all other hosts
+  bool incast_spread = false;   // senders spaced evenly over hosts 1..n-1 (else 1..senders)
   uint64_t seed = 1;
 };
 

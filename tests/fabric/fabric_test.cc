@@ -4,6 +4,7 @@
 // depends on wall-clock speed.
 #include <array>
 #include <set>
+#include <sstream>
 
 #include "doctest/doctest.h"
 #include "firmware-model/ns3/roce_nic.h"
@@ -371,4 +372,68 @@ TEST_CASE("metaroce__alltoall_over_one_qp_per_pair_completes_byte_exact") {
   s.work.shared_qp = true;
   s.send_depth = s.recv_depth = 2;
   require_byte_exact(fab::run(s));
+}
+
+// --spread: 4 incast senders on 16 hosts (4 leaves) are one per leaf
+// (hosts 1, 4, 8, 12), not hosts 1..4, which would fill leaf 0 and spill
+// one host onto leaf 1.
+TEST_CASE("incast__spread_puts_the_senders_one_per_leaf") {
+  auto s = scenario("incast", "metaroce", 64 * 1024);
+  s.work.incast_senders = 4;
+  s.work.incast_spread = true;
+  REQUIRE(fab::check(s) == "");
+  const fab::RunResult r = fab::run(s);
+  require_byte_exact(r);
+  std::set<uint32_t> senders, leaves;
+  for (const auto& f : r.flow_records) {
+    CHECK(f.dst == 0);
+    senders.insert(f.src);
+    leaves.insert(f.src / s.topo.hosts_per_leaf);
+  }
+  CHECK(senders == std::set<uint32_t>{1, 4, 8, 12});
+  CHECK(leaves.size() == 4);
+  s.work.kind = "alltoall";
+  s.work.incast_spread = true;
+  CHECK(fab::check(s) == "--spread is for incast");
+}
+
+// The slowdown baseline is a flow alone on its own path. A 1-channel ring's
+// steps go mostly to a neighbour on the same leaf (2 links) and run on an
+// idle fabric, so they take about that time: p50 ~1. A baseline that counts
+// 4 links for every flow put the p50 at ~0.5, which no flow can beat.
+TEST_CASE("slowdown__ring_neighbours_on_one_leaf_are_not_faster_than_alone") {
+  auto s = scenario("allreduce-ring", "metaroce", 16 * 6144);
+  s.work.channels = s.work.slices = 1;
+  const fab::RunResult r = fab::run(s);
+  require_byte_exact(r);
+  INFO("p50 " << r.slowdown.p50 << " p99 " << r.slowdown.p99);
+  CHECK(r.slowdown.p50 >= 0.99);
+  CHECK(r.slowdown.p50 <= 1.2);
+  // flows.csv carries the same per-flow figure, so plots use this baseline.
+  std::ostringstream csv;
+  fab::write_flows_csv(csv, r);
+  CHECK(csv.str().starts_with("flow,src,dst,bytes,start_us,end_us,fct_us,slowdown\n"));
+  REQUIRE(r.flow_slowdown.size() == r.flow_records.size());
+}
+
+// Drops, ECN marks and pauses are reported under the tier of the queue that
+// made them. At 2:1 oversubscription the all-to-all queues on the leaves'
+// uplinks, so "leaf-up" holds marks; counted per switch and filed under its
+// down tier, leaf-up always showed 0.
+TEST_CASE("tiers__ecn_marks_are_reported_where_the_marking_queue_is") {
+  auto s = scenario("alltoall", "metaroce", 64 * 1024);
+  s.topo.oversubscription = 2;
+  REQUIRE(fab::check(s) == "");
+  const fab::RunResult r = fab::run(s);
+  require_byte_exact(r);
+  uint64_t marks = 0, drops = 0, leaf_up_marks = 0;
+  for (const auto& t : r.tiers) {
+    INFO(t.name << " marks " << t.ecn_marked << " drops " << t.drops);
+    marks += t.ecn_marked;
+    drops += t.drops;
+    if (t.name == "leaf-up") leaf_up_marks = t.ecn_marked;
+  }
+  CHECK(marks == r.ecn_marked);
+  CHECK(drops == r.drops_buffer);
+  CHECK(leaf_up_marks > 0);
 }
