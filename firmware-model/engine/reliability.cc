@@ -341,23 +341,27 @@ uint64_t SendScoreboard::detect_losses(Time now, const RttEstimator& rtt, Time* 
                                        std::vector<uint8_t>* lost_paths) {
   uint64_t lost = 0;
   *recheck = kNever;
-  Time reo_wnd = rtt.reorder_window();
+  const Time reo_wnd = rtt.reorder_window();
+  // An in-flight packet sent before one known delivered: lost once its
+  // acknowledgement is overdue, else looked at again then.
+  auto judge = [&](TxEntry& e) {
+    const Time deadline = e.sent + std::max(rack_rtt_, rtt.expected_ack(e.path)) + reo_wnd;
+    if (deadline > now) {
+      *recheck = std::min(*recheck, deadline);
+      return;
+    }
+    lost += e.wire;
+    if (lost_paths) lost_paths->push_back(e.path);
+    to_lost(e, true);
+  };
   // The PSNs the responder's bitmap reports (its cumulative point + 64
   // SACK bits), in PSN order: at most 65 entries.
   uint32_t end = proto::seq_lt(report_end_, nxt_) ? report_end_ : nxt_;
   for (uint32_t p = una_; proto::seq_lt(p, end); ++p) {
     TxEntry& e = slot(p);
     if (e.state != TxState::kInFlight) continue;
-    // Judge only packets sent before one known delivered.
     if (e.send_seq >= rack_seq_ && e.sent >= rack_time_) continue;
-    Time deadline = e.sent + std::max(rack_rtt_, rtt.expected_ack(e.path)) + reo_wnd;
-    if (deadline > now) {
-      *recheck = std::min(*recheck, deadline);
-      continue;
-    }
-    lost += e.wire;
-    if (lost_paths) lost_paths->push_back(e.path);
-    to_lost(e, true);
+    judge(e);
   }
   // Beyond the bitmap an ACK names a packet by its echo (echo_delivery):
   // while a hole holds cum the responder acknowledges every packet at once
@@ -372,15 +376,7 @@ uint64_t SendScoreboard::detect_losses(Time now, const RttEstimator& rtt, Time* 
     TxEntry& e = slot(static_cast<uint32_t>(i - 1));
     i = e.next;
     if (e.send_seq >= rack_seq_) break;
-    if (proto::seq_lt(e.psn, end)) continue;  // judged above
-    Time deadline = e.sent + std::max(rack_rtt_, rtt.expected_ack(e.path)) + reo_wnd;
-    if (deadline > now) {
-      *recheck = std::min(*recheck, deadline);
-      continue;
-    }
-    lost += e.wire;
-    if (lost_paths) lost_paths->push_back(e.path);
-    to_lost(e, true);
+    if (!proto::seq_lt(e.psn, end)) judge(e);  // below end: judged above
   }
   return lost;
 }
