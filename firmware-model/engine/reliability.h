@@ -110,7 +110,7 @@ struct TxEntry {
   uint32_t len = 0;      // payload bytes (READ_REQ: range length)
   uint32_t wire = 0;     // bytes charged to the congestion window
   Time sent = 0;
-  uint32_t stamp = 0;     // MBTH.timestamp of the latest transmission (stamp())
+  uint32_t stamp = 0;     // MBTH.timestamp of the latest transmission (take_stamp)
   uint64_t send_seq = 0;  // order of the latest (re)transmission
   uint64_t prev = 0, next = 0;  // send-order list, by send_seq owner psn+1 (0 = none)
   uint16_t xmits = 0;

@@ -181,9 +181,6 @@ TEST_CASE("scoreboard__acks_beyond_the_sack_bitmap_free_the_window_not_the_psns"
   CHECK(b.sb.bytes_in_flight() == 135'000);
 }
 
-// After a timeout nothing is in flight, so the beyond-bitmap estimate must
-// go too: kept, it would hide the retransmissions from pipe_bytes and let
-// the sender put up to the whole estimate on top of its window.
 // A hole holds cum, and no SACK bit can name a packet more than 64 PSNs
 // past it; the ACK it triggered still echoes its timestamp, unique per QP
 // (take_stamp), so it is delivered, and RACK judges the packets beyond the
@@ -226,6 +223,9 @@ TEST_CASE("scoreboard__stamps_rise_across_the_32_bit_wrap") {
   CHECK(sb.take_stamp(t + 10) == static_cast<uint32_t>(t + 10));
 }
 
+// After a timeout nothing is in flight, so the beyond-bitmap estimate must
+// go too: kept, it would hide the retransmissions from pipe_bytes and let
+// the sender put up to the whole estimate on top of its window.
 TEST_CASE("scoreboard__rto_drops_the_beyond_bitmap_estimate") {
   Board b;
   b.send(200);
