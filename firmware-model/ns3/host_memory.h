@@ -38,7 +38,7 @@ enum class MemoryMode { kStore, kVerify };
 
 // A placement fault, to show that verification catches one (tests): the
 // nth write to this memory (from 0) has one byte flipped, lands one byte
-// further on, or is not performed at all.
+// further on (unless that is past the end), or is not performed at all.
 struct PlacementFault {
   enum class Kind { kNone, kFlipByte, kShift, kSkip };
   Kind kind = Kind::kNone;

@@ -77,16 +77,19 @@ class Workload : public NicHandler {
   static std::unique_ptr<Workload> make(const WorkloadConfig& w, uint64_t link_bps);
   ~Workload() override = default;
 
-  // Host memory each host needs (the simulator allocates it).
+  // Host memory each host needs (the simulator provides it, stored or
+  // verified: host_memory.h).
   virtual uint64_t memory_bytes(uint32_t host) const = 0;
-  // Opens and connects the QPs and fills the source memory.
+  // Opens and connects the QPs and declares the memory layout (fills the
+  // source buffers, names the receive buffers).
   virtual void setup(std::vector<Nic*> nics) = 0;
   // Posts the first messages (call at the synchronized start time).
   virtual void start() = 0;
   // "" if every receiver holds exactly the expected bytes, else the first
-  // mismatch ("host 3 byte 4096: 0x12 expected 0x34").
+  // problem ("host 3 byte 4096: 0x12 expected 0x34"; verifying memory also
+  // "host 3 bytes 8192..12288 never written (...)").
   virtual std::string verify() = 0;
-  // Whether the hosts compute on received bytes (the allreduce
+  // True when the hosts compute on received bytes (the allreduce
   // reductions), so that host memory must store them (MemoryMode::kStore).
   virtual bool computes() const { return false; }
   // Line-rate lower bound on the completion time, payload bytes only, for
