@@ -31,11 +31,11 @@ proto::MacAddr host_mac(uint32_t host) {
 }
 }  // namespace
 
-EngineNic::EngineNic(uint32_t host, Ptr<ns3::PointToPointNetDevice> dev, size_t memory_bytes,
+EngineNic::EngineNic(uint32_t host, Ptr<ns3::PointToPointNetDevice> dev, HostMemory memory,
                      const EngineNicConfig& cfg, uint64_t seed, NicHandler* handler)
     : host_(host),
       cfg_(cfg),
-      memory_(memory_bytes),
+      memory_(std::move(memory)),
       handler_(handler),
       rng_(seed),
       tx_buf_(16384),
@@ -299,17 +299,11 @@ fw::Time EngineNic::now() const {
 }
 
 bool EngineNic::read(fw::OwnerId, uint64_t addr, std::span<uint8_t> dst) {
-  auto m = memory_.at(addr, dst.size());
-  if (m.size() != dst.size()) return dst.empty();
-  std::memcpy(dst.data(), m.data(), dst.size());
-  return true;
+  return memory_.read(addr, dst);
 }
 
 bool EngineNic::write(fw::OwnerId, uint64_t addr, std::span<const uint8_t> src) {
-  auto m = memory_.at(addr, src.size());
-  if (m.size() != src.size()) return src.empty();
-  std::memcpy(m.data(), src.data(), src.size());
-  return true;
+  return memory_.write(addr, src);
 }
 
 bool EngineNic::complete(uint32_t, const fw::Completion& wc) {

@@ -54,7 +54,7 @@ class EngineNic final : public Nic,
                         public fw::EventSinkInterface,
                         public fw::RandomInterface {
  public:
-  EngineNic(uint32_t host, ns3::Ptr<ns3::PointToPointNetDevice> dev, size_t memory_bytes,
+  EngineNic(uint32_t host, ns3::Ptr<ns3::PointToPointNetDevice> dev, HostMemory memory,
             const EngineNicConfig& cfg, uint64_t seed, NicHandler* handler);
   ~EngineNic() override;
 

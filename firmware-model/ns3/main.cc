@@ -53,6 +53,10 @@ workloads: alltoall allreduce-ring allreduce-hd incast permutation
   --loss-link I        random loss on link I ...   --loss P   ... with probability P
   --list-links         print the switch links and exit
   --scheduler S        ns-3 event scheduler: Heap | Map | Calendar | List  (Map)
+  --memory M           host memory: store (bytes placed, compared at the end) | verify (no
+                       data stored: each write checked against the pattern as it is placed,
+                       coverage checked at the end; not for allreduce) | auto (verify above
+                       1 GiB of simulated memory when the workload allows it)  (auto)
   --seed S             (1)     --max-sim-ms M (1000)   --name NAME   --out DIR (.)
 )";
 
@@ -163,6 +167,7 @@ void apply(Cli& c, const std::string& k, const std::string& v) {
       {"loss-link", [&] { s.loss_link = static_cast<int>(to_u64(v, k)); }},
       {"loss", [&] { s.loss = to_f(v, k); }},
       {"scheduler", [&] { s.scheduler = v; }},
+      {"memory", [&] { s.memory = v; }},
       {"seed", [&] { s.seed = s.work.seed = to_u64(v, k); }},
       {"max-sim-ms", [&] { s.max_sim_ns = static_cast<int64_t>(to_f(v, k) * 1e6); }},
       {"name", [&] { s.name = v; }},
@@ -235,7 +240,8 @@ int main(int argc, char** argv) {
             << " us), p99 slowdown " << r.slowdown.p99 << ", drops " << r.drops << ", retransmits "
             << r.nic.retransmits << ", pfc pause frames " << r.pfc_pause_frames << ", wall "
             << r.wall_s << " s (setup " << r.setup_s << " s), " << r.events << " events, "
-            << r.run_events_per_s << " events/s simulating, peak RSS " << r.peak_rss_mb << " MB\n";
+            << r.run_events_per_s << " events/s simulating, peak RSS " << r.peak_rss_mb << " MB, memory "
+            << r.memory << "\n";
   for (size_t i = 0; i < r.jobs.size(); ++i) {
     const fab::JobSummary& j = r.jobs[i];
     std::cout << "  " << (j.kind == "background" ? "background" : "job " + std::to_string(i)) << ": "

@@ -6,35 +6,12 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
-#include <span>
 #include <string>
-#include <vector>
 
+#include "firmware-model/ns3/host_memory.h"
 #include "firmware-model/ns3/port.h"
 
 namespace metaroce::fabric {
-
-// Simulated host memory: one registered region per host. Bytes are really
-// placed here by the NIC and checked by the workload afterwards. Addresses
-// are virtual addresses starting at kBase.
-class HostMemory {
- public:
-  static constexpr uint64_t kBase = 0x10000000;
-  explicit HostMemory(size_t size) : bytes_(size) {}
-  uint64_t base() const { return kBase; }
-  uint64_t size() const { return bytes_.size(); }
-  // The bytes at [addr, addr+len), or an empty span when out of range.
-  std::span<uint8_t> at(uint64_t addr, uint64_t len) {
-    if (addr < kBase || addr - kBase > bytes_.size() || len > bytes_.size() - (addr - kBase)) {
-      return {};
-    }
-    return std::span<uint8_t>(bytes_).subspan(addr - kBase, len);
-  }
-
- private:
-  std::vector<uint8_t> bytes_;
-};
 
 // Where a connection's far end is, exchanged out of band at setup (as
 // RDMA CM or a bootstrap socket would).

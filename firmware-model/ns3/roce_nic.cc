@@ -38,9 +38,9 @@ uint32_t get32(const uint8_t* p) {
 uint64_t get64(const uint8_t* p) { return uint64_t{get32(p)} << 32 | get32(p + 4); }
 }  // namespace
 
-RoceNic::RoceNic(uint32_t host, Ptr<ns3::PointToPointNetDevice> dev, size_t memory_bytes,
+RoceNic::RoceNic(uint32_t host, Ptr<ns3::PointToPointNetDevice> dev, HostMemory memory,
                  const RoceConfig& cfg, NicHandler* handler)
-    : host_(host), cfg_(cfg), memory_(memory_bytes), handler_(handler), buf_(16384) {
+    : host_(host), cfg_(cfg), memory_(std::move(memory)), handler_(handler), buf_(16384) {
   port_ = std::make_unique<Port>(dev, 0, this, this);
 }
 
@@ -67,7 +67,7 @@ void RoceNic::connect(uint32_t conn, const ConnAddr& peer) { qps_.at(conn).peer 
 bool RoceNic::write_imm(uint32_t conn, uint64_t addr, uint64_t remote_addr, uint32_t len,
                         uint32_t imm, uint64_t wr_id) {
   Qp& q = qps_.at(conn);
-  if (len == 0 || memory_.at(addr, len).empty()) return false;
+  if (len == 0 || !memory_.contains(addr, len)) return false;
   const uint32_t npkts = (len + cfg_.mtu - 1) / cfg_.mtu;
   q.sq.push_back({wr_id, addr, remote_addr, len, imm, q.next_psn, npkts});
   if (q.snd_una == q.next_psn) q.last_progress_ns = now_ns();
@@ -155,7 +155,7 @@ Ptr<ns3::Packet> RoceNic::build_data(uint32_t qi, Qp& q) {
     put32(p, wr->imm);
     p += kImm;
   }
-  std::memcpy(p, memory_.at(wr->laddr + off, len).data(), len);
+  memory_.read(wr->laddr + off, std::span(p, len));  // in range: write_imm checked
   std::memset(p + len, 0, kIcrc);
   if (psn < q.max_sent) {
     ++stats_.retransmits;
@@ -261,12 +261,10 @@ void RoceNic::on_data(uint32_t qi, Qp& q, std::span<const uint8_t> f, bool ce) {
   const uint32_t msg_len = get32(b + kBth + 12);
   const uint8_t* p = b + kBth + kReth + (last ? kImm : 0);
   const size_t len = static_cast<size_t>(f.data() + f.size() - kIcrc - p);
-  auto dst = memory_.at(va, len);
-  if (dst.size() != len || len > cfg_.mtu) {  // outside the region: the sender times out
+  if (len > cfg_.mtu || !memory_.write(va, std::span(p, len))) {  // outside the region: the sender times out
     ++rx_drop_bad_address_;
     return;
   }
-  std::memcpy(dst.data(), p, len);
   ++q.epsn;
   q.nak_pending = false;
   if (raw & kAckReq) send_control(q, kOpAck, kSynAck, psn);

@@ -50,7 +50,7 @@ struct RoceConfig {
 
 class RoceNic final : public Nic {
  public:
-  RoceNic(uint32_t host, ns3::Ptr<ns3::PointToPointNetDevice> dev, size_t memory_bytes,
+  RoceNic(uint32_t host, ns3::Ptr<ns3::PointToPointNetDevice> dev, HostMemory memory,
           const RoceConfig& cfg, NicHandler* handler);
   ~RoceNic() override;
 

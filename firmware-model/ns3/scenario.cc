@@ -151,7 +151,7 @@ void collect_flows(const Workload& w, const Scenario& s, RunResult& r) {
   r.slowdown = percentiles(slow);
 }
 
-std::unique_ptr<Nic> make_nic(const Scenario& s, uint32_t h, Fabric& f, uint64_t mem,
+std::unique_ptr<Nic> make_nic(const Scenario& s, uint32_t h, Fabric& f, HostMemory mem,
                               NicHandler* handler) {
   const uint64_t seed = s.seed * 1000003 + h;
   const int64_t rtt = 2 * one_way_ns(s.topo, s.mtu, s.mtu);
@@ -168,13 +168,13 @@ std::unique_ptr<Nic> make_nic(const Scenario& s, uint32_t h, Fabric& f, uint64_t
     c.send_depth = s.send_depth;
     c.recv_depth = s.recv_depth;
     if (s.sw.trim) c.engine.trimmed_dscp = kTrimmedDscp;
-    return std::make_unique<EngineNic>(h, f.host_device(h), mem, c, seed, handler);
+    return std::make_unique<EngineNic>(h, f.host_device(h), std::move(mem), c, seed, handler);
   }
   RoceConfig c;
   c.mtu = s.mtu;
   c.link_bps = s.topo.link_bps;
   c.base_rtt_ns = rtt;
-  return std::make_unique<RoceNic>(h, f.host_device(h), mem, c, handler);
+  return std::make_unique<RoceNic>(h, f.host_device(h), std::move(mem), c, handler);
 }
 
 // Link indices name switch links of the built fabric (--list-links).
@@ -187,6 +187,18 @@ std::string check_links(const Scenario& s, size_t links) {
     }
   }
   return "";
+}
+
+// The memory mode of the run (Scenario::memory), or "" with *error set.
+std::string memory_mode(const Scenario& s, const Workload& w, uint64_t total, std::string* error) {
+  if (s.memory == "store" || (s.memory == "auto" && (w.computes() || total <= kAutoVerifyBytes))) {
+    return "store";
+  }
+  if (w.computes()) {
+    *error = "--memory verify cannot hold an allreduce: its hosts add received bytes (use store)";
+    return "";
+  }
+  return "verify";
 }
 
 }  // namespace
@@ -234,6 +246,10 @@ std::string check(const Scenario& s) {
            "' (docs/congestion.md lists them)";
   }
   if (s.sw.pfc && s.sw.pfc_xon_bytes >= s.sw.pfc_xoff_bytes) return "PFC XON must be below XOFF";
+  if (s.memory != "auto" && s.memory != "store" && s.memory != "verify") {
+    return "memory must be auto, store or verify";
+  }
+  if (s.placement_fault_host >= s.topo.hosts) return "placement fault host beyond the hosts";
   return "";
 }
 
@@ -249,10 +265,21 @@ RunResult run(const Scenario& s) {
     return r;
   }
   auto work = Workload::make(s.work, s.topo.link_bps);
+  for (uint32_t h = 0; h < s.topo.hosts; ++h) r.memory_bytes += work->memory_bytes(h);
+  r.memory = memory_mode(s, *work, r.memory_bytes, &r.error);
+  if (r.memory.empty()) {
+    work.reset();
+    fabric.reset();
+    ns3::Simulator::Destroy();
+    return r;
+  }
+  const MemoryMode mode = r.memory == "verify" ? MemoryMode::kVerify : MemoryMode::kStore;
   std::vector<std::unique_ptr<Nic>> nics;
   std::vector<Nic*> raw;
   for (uint32_t h = 0; h < s.topo.hosts; ++h) {
-    nics.push_back(make_nic(s, h, *fabric, work->memory_bytes(h), work.get()));
+    HostMemory mem(work->memory_bytes(h), mode);
+    if (h == s.placement_fault_host) mem.inject(s.placement_fault);
+    nics.push_back(make_nic(s, h, *fabric, std::move(mem), work.get()));
     raw.push_back(nics.back().get());
   }
   work->setup(raw);
@@ -335,6 +362,7 @@ void write_json(std::ostream& o, const Scenario& s, const RunResult& r) {
     << ",\n  \"error\": " << quote(r.error)
     << ",\n  \"verified\": " << (r.verify_error.empty() ? "true" : "false")
     << ",\n  \"verify_error\": " << quote(r.verify_error)
+    << ",\n  \"memory\": " << quote(r.memory) << ",\n  \"memory_bytes\": " << r.memory_bytes
     << ",\n  \"completion_us\": " << r.completion_us << ",\n  \"ideal_us\": " << r.ideal_us
     << ",\n  \"ratio_to_ideal\": " << r.ratio << ",\n  \"flows\": " << r.flows << ",\n  ";
   pct(o, "fct_us", r.fct_us);

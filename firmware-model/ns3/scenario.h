@@ -40,7 +40,17 @@ struct Scenario {
   int64_t max_sim_ns = 1'000'000'000;  // give up (reported as not completed)
   int64_t sample_ns = 0;               // queue sampling period, 0 = auto
   std::string scheduler = "Map";       // ns-3 event scheduler: Heap, Map, Calendar, List
+  // Host memory (host_memory.h): store | verify | auto (verify when the
+  // hosts do not compute on received bytes and storing would take more
+  // than kAutoVerifyBytes over all hosts; else store).
+  std::string memory = "auto";
+  // Test hook: a placement fault at one host's memory, which verification
+  // must report (host_memory.h PlacementFault).
+  PlacementFault placement_fault;
+  uint32_t placement_fault_host = 0;
 };
+
+constexpr uint64_t kAutoVerifyBytes = uint64_t{1} << 30;
 
 // Applies the transport's switch defaults (PFC and RED for RoCEv2, a
 // threshold for MetaRoCE) unless the caller overrode them afterwards.
@@ -71,6 +81,8 @@ struct RunResult {
   bool completed = false;
   std::string error;         // workload or NIC error
   std::string verify_error;  // "" = byte-exact at every receiver
+  std::string memory;        // the host memory mode used: "store" or "verify"
+  uint64_t memory_bytes = 0;  // simulated host memory over all hosts (verify: not allocated)
   double completion_us = 0, ideal_us = 0, ratio = 0;
   Percentiles slowdown;  // flow completion time / (alone on an idle fabric)
   Percentiles fct_us;

@@ -42,21 +42,6 @@ std::string mismatch(uint32_t host, uint64_t off, uint8_t got, uint8_t want) {
 
 }  // namespace
 
-uint8_t pattern(uint32_t src, uint64_t i, uint64_t seed) {
-  return static_cast<uint8_t>(mix(seed * 0x100000001B3ull ^ uint64_t{src} << 40 ^ (i >> 3)) >>
-                              ((i & 7) * 8));
-}
-
-void fill_pattern(std::span<uint8_t> dst, uint32_t src, uint64_t first, uint64_t seed) {
-  uint64_t i = 0;
-  for (; i < dst.size() && ((first + i) & 7); ++i) dst[i] = pattern(src, first + i, seed);
-  for (; i + 8 <= dst.size(); i += 8) {  // a whole word of the pattern per mix()
-    uint64_t w = mix(seed * 0x100000001B3ull ^ uint64_t{src} << 40 ^ ((first + i) >> 3));
-    for (int b = 0; b < 8; ++b, w >>= 8) dst[i + b] = static_cast<uint8_t>(w);
-  }
-  for (; i < dst.size(); ++i) dst[i] = pattern(src, first + i, seed);
-}
-
 namespace {
 // The byte-wise sum mod 256 over all ranks of their pattern: what every
 // rank of an allreduce must hold.
@@ -154,7 +139,7 @@ class RingAllreduce final : public Workload {
     right_.assign(n_, std::vector<uint32_t>(cfg_.channels));
     for (uint32_t r = 0; r < n_; ++r) {
       for (uint32_t c = 0; c < cfg_.channels; ++c) right_[r][c] = connect(r, (r + 1) % n_).first;
-      fill_pattern(nics_[r]->memory().at(HostMemory::kBase, size_), r, 0, cfg_.seed);
+      nics_[r]->memory().fill(0, size_, r, cfg_.seed);
     }
     expect(uint64_t{n_} * 2 * (n_ - 1) * cfg_.channels * cfg_.slices);
   }
@@ -169,12 +154,13 @@ class RingAllreduce final : public Workload {
   std::string verify() override {
     const std::vector<uint8_t> want = reduced_pattern(n_, size_, cfg_.seed);
     for (uint32_t r = 0; r < n_; ++r) {
-      auto got = nics_[r]->memory().at(HostMemory::kBase, size_);
+      auto got = nics_[r]->memory().bytes(0, size_);
       auto [a, b] = std::mismatch(got.begin(), got.end(), want.begin());
       if (a != got.end()) return mismatch(r, a - got.begin(), *a, *b);
     }
     return "";
   }
+  bool computes() const override { return true; }
   double ideal_ns(const TopologyConfig& t) const override {
     return line_ns(2 * (n_ - 1) * (size_ / n_), t.link_bps);
   }
@@ -199,8 +185,8 @@ class RingAllreduce final : public Workload {
     if (tag_phase(f.tag) == kPhaseRs) {
       const uint32_t j = (q + 2 * n_ - 1 - k) % n_;
       HostMemory& m = nics_[q]->memory();
-      auto dst = m.at(HostMemory::kBase + data_off(c, j, s), slice_);
-      auto src = m.at(HostMemory::kBase + scratch_off(c, k, s), slice_);
+      auto dst = m.bytes(data_off(c, j, s), slice_);
+      auto src = m.bytes(scratch_off(c, k, s), slice_);
       for (uint64_t i = 0; i < slice_; ++i) dst[i] = static_cast<uint8_t>(dst[i] + src[i]);
       if (k + 2 < n_) {
         send_rs(q, c, k + 1, j, s);
@@ -239,9 +225,7 @@ class HalvingDoubling final : public Workload {
         conn_[r ^ d][k] = b;
       }
     }
-    for (uint32_t r = 0; r < n_; ++r) {
-      fill_pattern(nics_[r]->memory().at(HostMemory::kBase, size_), r, 0, cfg_.seed);
-    }
+    for (uint32_t r = 0; r < n_; ++r) nics_[r]->memory().fill(0, size_, r, cfg_.seed);
     rs_in_.assign(n_, std::vector<bool>(steps_));
     ag_in_ = rs_in_;
     rs_next_.assign(n_, 0);
@@ -255,12 +239,13 @@ class HalvingDoubling final : public Workload {
   std::string verify() override {
     const std::vector<uint8_t> want = reduced_pattern(n_, size_, cfg_.seed);
     for (uint32_t r = 0; r < n_; ++r) {
-      auto got = nics_[r]->memory().at(HostMemory::kBase, size_);
+      auto got = nics_[r]->memory().bytes(0, size_);
       auto [a, b] = std::mismatch(got.begin(), got.end(), want.begin());
       if (a != got.end()) return mismatch(r, a - got.begin(), *a, *b);
     }
     return "";
   }
+  bool computes() const override { return true; }
   double ideal_ns(const TopologyConfig& t) const override {
     return line_ns(2 * (size_ - size_ / n_), t.link_bps);
   }
@@ -296,8 +281,8 @@ class HalvingDoubling final : public Workload {
     if (tag_phase(f.tag) == kPhaseRs) {
       const Range mine = kept(q, static_cast<int>(k));
       HostMemory& m = nics_[q]->memory();
-      auto dst = m.at(HostMemory::kBase + mine.lo, mine.len);
-      auto src = m.at(HostMemory::kBase + scratch(k), mine.len);
+      auto dst = m.bytes(mine.lo, mine.len);
+      auto src = m.bytes(scratch(k), mine.len);
       for (uint64_t i = 0; i < mine.len; ++i) dst[i] = static_cast<uint8_t>(dst[i] + src[i]);
       rs_in_[q][k] = true;
       while (rs_next_[q] < steps_ && rs_in_[q][rs_next_[q]]) {
@@ -370,9 +355,8 @@ class PointToPoint final : public Workload {
         conns_.push_back(cs);
       }
     }
-    for (uint32_t h = 0; h < n_; ++h) {
-      fill_pattern(nics_[h]->memory().at(HostMemory::kBase, b_), h, 0, cfg_.seed);
-    }
+    for (uint32_t h = 0; h < n_; ++h) nics_[h]->memory().fill(0, b_, h, cfg_.seed);
+    for (auto& [s, d] : pairs_) nics_[d]->memory().expect(b_ + slot(s, d) * b_, b_, s, cfg_.seed);
     expect(pairs_.size() * cfg_.qps_per_pair);
   }
   void start() override {
@@ -387,13 +371,9 @@ class PointToPoint final : public Workload {
     }
   }
   std::string verify() override {
-    std::vector<uint8_t> want;
     for (auto& [s, d] : pairs_) {
-      auto got = nics_[d]->memory().at(HostMemory::kBase + b_ + slot(s, d) * b_, b_);
-      want.resize(b_);
-      fill_pattern(want, s, 0, cfg_.seed);
-      auto [a, b] = std::mismatch(got.begin(), got.end(), want.begin());
-      if (a != got.end()) return mismatch(d, b_ + slot(s, d) * b_ + (a - got.begin()), *a, *b);
+      const std::string e = nics_[d]->memory().check(b_ + slot(s, d) * b_, b_, s, cfg_.seed);
+      if (!e.empty()) return "host " + std::to_string(d) + " " + e;
     }
     return "";
   }
@@ -467,8 +447,11 @@ class Background final : public Workload {
   void setup(std::vector<Nic*> nics) override {
     nics_ = std::move(nics);
     for (uint32_t s = 0; s < n_; ++s) conn_.push_back(connect(s, partner_[s]).first);
-    for (uint32_t h = 0; h < n_; ++h)
-      fill_pattern(nics_[h]->memory().at(HostMemory::kBase + base_[h], b_), h, 0, cfg_.seed);
+    for (uint32_t s = 0; s < n_; ++s) {
+      nics_[s]->memory().fill(base_[s], b_, s, cfg_.seed);
+      const uint32_t d = partner_[s];
+      nics_[d]->memory().expect(base_[d] + b_, b_, s, cfg_.seed);
+    }
     arrived_.assign(n_, 0);
   }
   void start() override {
@@ -481,14 +464,11 @@ class Background final : public Workload {
     }
   }
   std::string verify() override {
-    std::vector<uint8_t> want(b_);
     for (uint32_t s = 0; s < n_; ++s) {
       const uint32_t d = partner_[s];
       if (!arrived_[d]) continue;
-      auto got = nics_[d]->memory().at(HostMemory::kBase + base_[d] + b_, b_);
-      fill_pattern(want, s, 0, cfg_.seed);
-      auto [a, b] = std::mismatch(got.begin(), got.end(), want.begin());
-      if (a != got.end()) return "background: " + mismatch(d, base_[d] + b_ + (a - got.begin()), *a, *b);
+      const std::string e = nics_[d]->memory().check(base_[d] + b_, b_, s, cfg_.seed);
+      if (!e.empty()) return "background: host " + std::to_string(d) + " " + e;
     }
     return "";
   }
@@ -574,6 +554,11 @@ class MultiJob final : public Workload {
       if (auto e = jobs_[j]->verify(); !e.empty()) return "job " + std::to_string(j) + ": " + e;
     }
     return bg_ ? bg_->verify() : "";
+  }
+  bool computes() const override {
+    for (auto& j : jobs_)
+      if (j->computes()) return true;
+    return false;
   }
   double ideal_ns(const TopologyConfig& t) const override {
     double most = 0;

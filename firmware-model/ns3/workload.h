@@ -3,7 +3,8 @@
 // id travels as the immediate); a step starts when the messages it depends
 // on have arrived (a receive completion), never on a timer. Payload bytes
 // are a seeded pattern per source host; at the end every receiver's memory
-// is compared byte for byte with what the algorithm must have produced.
+// is compared byte for byte with what the algorithm must have produced
+// (host_memory.h: stored and compared, or checked as placed).
 //
 //   allreduce-ring   reduce-scatter + all-gather on C rings (NCCL channels),
 //                    each chunk cut into slices that are forwarded as soon as
@@ -76,15 +77,21 @@ class Workload : public NicHandler {
   static std::unique_ptr<Workload> make(const WorkloadConfig& w, uint64_t link_bps);
   ~Workload() override = default;
 
-  // Host memory each host needs (the simulator allocates it).
+  // Host memory each host needs (the simulator provides it, stored or
+  // verified: host_memory.h).
   virtual uint64_t memory_bytes(uint32_t host) const = 0;
-  // Opens and connects the QPs and fills the source memory.
+  // Opens and connects the QPs and declares the memory layout (fills the
+  // source buffers, names the receive buffers).
   virtual void setup(std::vector<Nic*> nics) = 0;
   // Posts the first messages (call at the synchronized start time).
   virtual void start() = 0;
   // "" if every receiver holds exactly the expected bytes, else the first
-  // mismatch ("host 3 byte 4096: 0x12 expected 0x34").
+  // problem ("host 3 byte 4096: 0x12 expected 0x34"; verifying memory also
+  // "host 3 bytes 8192..12288 never written (...)").
   virtual std::string verify() = 0;
+  // True when the hosts compute on received bytes (the allreduce
+  // reductions), so that host memory must store them (MemoryMode::kStore).
+  virtual bool computes() const { return false; }
   // Line-rate lower bound on the completion time, payload bytes only, for
   // this fabric (host links and, oversubscribed, leaf uplinks).
   virtual double ideal_ns(const TopologyConfig& t) const = 0;
@@ -141,9 +148,5 @@ class Workload : public NicHandler {
   uint32_t imm_tag_ = 0;
   std::function<void()> on_done_;  // empty: stop the simulation
 };
-
-// The byte pattern of host `src` at offset `i` of its source data.
-uint8_t pattern(uint32_t src, uint64_t i, uint64_t seed);
-void fill_pattern(std::span<uint8_t> dst, uint32_t src, uint64_t first, uint64_t seed);
 
 }  // namespace metaroce::fabric

@@ -95,7 +95,7 @@ TEST_CASE("roce_nic__malformed_and_unknown_frames_are_counted_drops") {
   } sink;
   auto a = ns3::CreateObject<ns3::Node>(), b = ns3::CreateObject<ns3::Node>();
   auto [da, db] = fab::make_link(a, b, 100'000'000'000, 1000);
-  fab::RoceNic nic(0, da, 1 << 16, fab::RoceConfig{}, &sink);
+  fab::RoceNic nic(0, da, fab::HostMemory(1 << 16), fab::RoceConfig{}, &sink);
   const uint32_t conn = nic.open(1, fab::ConnUse::kBoth);
   nic.connect(conn, {1, 0x100, 1});
   std::vector<uint8_t> f(fab::kIpv4UdpHeaders + 12 + 16 + 4 + 64 + 4, 0);
@@ -436,4 +436,71 @@ TEST_CASE("tiers__ecn_marks_are_reported_where_the_marking_queue_is") {
   CHECK(marks == r.ecn_marked);
   CHECK(drops == r.drops_buffer);
   CHECK(leaf_up_marks > 0);
+}
+
+// --memory verify (host_memory.h) stores no data and checks each placement
+// as it happens; the traffic is the same bytes, so a run in either mode is
+// the same run, event for event, and both verify.
+TEST_CASE("memory__verify_mode_runs_exactly_as_store_mode") {
+  for (std::string t : {"metaroce", "roce-pfc"}) {
+    for (std::string w : {"alltoall", "incast", "permutation"}) {
+      CAPTURE(t);
+      CAPTURE(w);
+      auto s = scenario(w, t, 64 * 1024);
+      s.memory = "store";
+      const auto stored = fab::run(s);
+      s.memory = "verify";
+      const auto verified = fab::run(s);
+      require_byte_exact(stored);
+      require_byte_exact(verified);
+      CHECK(stored.memory == "store");
+      CHECK(verified.memory == "verify");
+      CHECK(verified.completion_us == stored.completion_us);
+      CHECK(verified.events == stored.events);
+      CHECK(verified.memory_bytes == stored.memory_bytes);
+    }
+  }
+  auto s = scenario("alltoall", "metaroce", 64 * 1024);
+  CHECK(fab::run(s).memory == "store");  // auto: 16 hosts need far less than kAutoVerifyBytes
+}
+
+// A placement that writes wrong bytes, lands a byte off or never happens is
+// reported by either mode, through each NIC's real write path, at the host
+// it happened on and with the reason.
+TEST_CASE("memory__placement_faults_are_reported_in_both_modes") {
+  using Kind = fab::PlacementFault::Kind;
+  for (std::string t : {"metaroce", "roce-pfc"}) {
+    for (std::string mode : {"store", "verify"}) {
+      for (Kind k : {Kind::kFlipByte, Kind::kShift, Kind::kSkip}) {
+        CAPTURE(t);
+        CAPTURE(mode);
+        CAPTURE(static_cast<int>(k));
+        auto s = scenario("alltoall", t, 64 * 1024);
+        s.memory = mode;
+        s.placement_fault = {k, 5};
+        s.placement_fault_host = 3;
+        const auto r = fab::run(s);
+        INFO(r.verify_error);
+        CHECK(r.completed);  // the NIC cannot tell: only verification can
+        if (mode == "store") {
+          CHECK(r.verify_error.find("host 3 byte ") == 0);
+        } else if (k == Kind::kSkip) {
+          CHECK(r.verify_error.find("host 3 bytes ") == 0);
+          CHECK(r.verify_error.find(" never written (") != std::string::npos);
+        } else {
+          CHECK(r.verify_error.find("host 3 1 writes placed ") == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("memory__verify_refuses_an_allreduce_whose_hosts_compute") {
+  auto s = scenario("allreduce-ring", "metaroce", 64 * 1024);
+  s.memory = "verify";
+  const auto r = fab::run(s);
+  CHECK_FALSE(r.ran);
+  CHECK(r.error == "--memory verify cannot hold an allreduce: its hosts add received bytes (use store)");
+  s.memory = "stored";
+  CHECK(fab::check(s) == "memory must be auto, store or verify");
 }
