@@ -255,7 +255,7 @@ bool answers_request(Qp& qp, const SendWqe& w, uint32_t psn, uint64_t off, uint6
 // their LAST response, which no hole check sees. Each gets its hole check
 // (re-issue after the paths' spread) instead of waiting for the RTO.
 void watch_earlier_reads(Core& c, Qp& qp, uint32_t msn) {
-  const Time at = c.now() + qp.rtt.reorder_window() + qp.rtt.spread();
+  const Time at = c.now() + qp.rtt.reorder_window() + qp.rtt.response_lateness();
   for (uint32_t k = 1; k < kRdSlots; ++k) {
     SendWqe* w = rd_wqe(qp, msn - k, WrOpcode::kRdmaRead, WrOpcode::kRdmaRead);
     if (!w || w->read_check != kNever || !w->all_sent || !qp.sb.delivered(w->max_psn)) continue;
@@ -282,7 +282,10 @@ void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
   uint32_t first = static_cast<uint32_t>(off / kReadChunk);
   uint32_t end = w->length == 0 ? 1 : static_cast<uint32_t>((off + len + kReadChunk - 1) / kReadChunk);
   if (chunks_all_set(*w, first, end)) {
+    // Data already in: a re-issue (or probe) asked for what was only late.
+    // Wider reordering allowance, as for a duplicate at the responder.
     c.bump(&qp, &Counters::rx_drop_duplicate);
+    qp.rtt.on_spurious();
     return;
   }
   uint32_t seq = qp.rd_slot[p.mbth.msn % kRdSlots];
@@ -297,6 +300,10 @@ void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
     return;
   }
   if (len) c.placed_response(qp, seq);
+  if (p.mbth.psn == w->first_psn) {  // repairs come later by design: not lateness
+    if (end > w->chunks_hw) w->hw_at = c.now();
+    else if (w->hw_at) qp.rtt.on_late_response(c.now() - w->hw_at);  // overtaken
+  }
   if (end > w->chunks_hw) w->chunks_hw = end;
   const bool first_data = w->chunks_got == 0, last = p.mbth.flags & proto::kFlagLast;
   mark_chunks(*w, first, end);
@@ -312,7 +319,7 @@ void on_read_resp(Core& c, Qp& qp, const proto::Frame& f) {
   } else if (last && w->read_check == kNever) {
     // The last response of a range is in but holes remain: unless they
     // arrive within the paths' delay spread, re-issue them (no RTO wait).
-    w->read_check = c.now() + qp.rtt.reorder_window() + qp.rtt.spread();
+    w->read_check = c.now() + qp.rtt.reorder_window() + qp.rtt.response_lateness();
     qp.read_deadline = std::min(qp.read_deadline, w->read_check);
   }
   on_progress(c, qp);

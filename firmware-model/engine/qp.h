@@ -93,6 +93,7 @@ struct SendWqe {
   // range leave in offset order, so a hole below it is reordered or lost;
   // chunks above it may simply not have been sent yet (requester::on_rto).
   uint32_t chunks_hw = 0;
+  Time hw_at = 0;  // READ: when a response of the first issue last raised chunks_hw
   Time read_check = kNever;  // READ: holes remain after a LAST response; re-issue then
   bool is_rd() const {
     return wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpSwap ||
@@ -101,6 +102,7 @@ struct SendWqe {
   // The WQE is done: drop READ tracking beyond what a small READ reuses.
   void release_read_state() {
     chunks_total = chunks_got = chunks_hw = 0;
+    hw_at = 0;
     if (chunks.capacity() > kKeepChunkWords) std::vector<uint64_t>().swap(chunks);
     else chunks.clear();
   }

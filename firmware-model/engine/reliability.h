@@ -67,6 +67,17 @@ class RttEstimator {
   Time rttvar() const { return rttvar_; }
   Time min_rtt() const { return min_rtt_; }
   Time spread() const { return max_rtt_ - min_rtt_; }  // delay spread between paths
+  // How late a READ response arrives behind one sent after it (reordering
+  // between paths or in the fabric), measured on the responses themselves:
+  // the READ hole check waits that long past the reorder window. The RTT
+  // samples' spread does not say it: a READ request's sample carries the
+  // time it queued behind the READs the responder is serving, which all
+  // its responses see alike (with 1 ms of delay each way that was ~2 ms, and
+  // every lost response waited for it before its re-issue).
+  void on_late_response(Time late) {
+    late_ = late > late_ ? late : late_ - (late_ - late) / 16;
+  }
+  Time response_lateness() const { return late_; }
   // The retransmission timeout before backoff.
   Time rto() const;
   // RACK reordering window on top of the expected delivery time.
@@ -88,7 +99,7 @@ class RttEstimator {
 
  private:
   static constexpr uint32_t kPaths = 16;  // per-path estimates, by path % kPaths
-  Time srtt_ = 0, rttvar_ = 0, min_rtt_ = 0, max_rtt_ = 0;
+  Time srtt_ = 0, rttvar_ = 0, min_rtt_ = 0, max_rtt_ = 0, late_ = 0;
   std::array<Time, kPaths> path_srtt_{}, path_rttvar_{};
   uint32_t reo_mult_ = 1;
   uint64_t samples_ = 0, last_widen_ = 0;

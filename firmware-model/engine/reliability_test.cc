@@ -80,6 +80,23 @@ TEST_CASE("rtt_estimator__rto_floor_and_path_expectation") {
   CHECK(r.expected_ack(1) >= 40'000);
 }
 
+// READ responses' lateness: the largest measured at once, forgotten by
+// 1/16 of the difference with each smaller one; 0 until one is measured
+// (then the READ hole check waits the reorder window alone).
+TEST_CASE("rtt_estimator__response_lateness_rises_at_once_and_decays") {
+  RttEstimator r;
+  for (int i = 0; i < 50; ++i) r.sample(2'000'000 + (i % 2) * 2'000'000, 0);
+  CHECK(r.response_lateness() == 0);  // queueing in RTT samples is not lateness
+  r.on_late_response(100'000);
+  CHECK(r.response_lateness() == 100'000);
+  r.on_late_response(0);
+  CHECK(r.response_lateness() == 100'000 - 100'000 / 16);
+  for (int i = 0; i < 200; ++i) r.on_late_response(10'000);
+  CHECK(r.response_lateness() < 11'000);
+  r.on_late_response(50'000);
+  CHECK(r.response_lateness() == 50'000);
+}
+
 namespace {
 struct Board {
   SendScoreboard sb;

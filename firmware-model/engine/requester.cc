@@ -232,6 +232,7 @@ State start_wqe(Core& c, Qp& qp) {
     w.chunks_total = std::max<uint32_t>(1, (w.length + kReadChunk - 1) / kReadChunk);
     w.chunks.assign((w.chunks_total + 63) / 64, 0);
     w.chunks_hw = 0;
+    w.hw_at = 0;
     qp.rd_bytes += w.length;
   }
   return State::kSegment;
