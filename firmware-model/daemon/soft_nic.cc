@@ -262,6 +262,7 @@ void SoftNic::host_counters(std::vector<hw::NamedCounter>* out) const {
                               {"io_rx_invalid", io.rx_invalid},
                               {"io_tx_frames", io.tx_frames},
                               {"io_tx_ring_full", io.tx_ring_full},
+                              {"io_tx_held_moved", io.tx_held_moved},
                               {"io_tx_errors", io.tx_errors},
                               {"io_tx_kicks", io.tx_kicks},
                               {"io_tx_gso_super", io.tx_gso_super},
