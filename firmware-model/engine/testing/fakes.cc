@@ -64,6 +64,13 @@ proto::FrameHeaders FakePort::headers(const OutPacket& o) const {
   return h;
 }
 
+FakePort::~FakePort() {
+  if (contract_violations == 0) return;
+  std::fprintf(stderr, "FakePort: %llu tx_buffer contract violations (hal.h §tx_buffer)\n",
+               static_cast<unsigned long long>(contract_violations));
+  std::abort();
+}
+
 std::span<uint8_t> FakePort::tx_buffer(const OutPacket& o, size_t len) {
   if (!held_.empty()) ++contract_violations;  // two reservations at once
   held_.clear();

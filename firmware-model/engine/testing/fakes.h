@@ -161,7 +161,14 @@ class FakePort : public PacketPortInterface {
   uint64_t contract_violations = 0;
   // Transmit backpressure (hal.h): request and READ response packets the
   // port still takes before it reports full; negative = unlimited.
-  bool tx_ready() override { return tx_room != 0; }
+  // Asked while a frame is reserved: a contract violation (a host may
+  // flush its ring there, hal.h §tx_buffer).
+  bool tx_ready() override {
+    if (!held_.empty()) ++contract_violations;
+    return tx_room != 0;
+  }
+  // A suite run with frame buffers fails on any contract violation.
+  ~FakePort() override;
   int64_t tx_room = -1;
   std::vector<std::string> log;  // describe() of every packet sent
   bool keep_log = true;
