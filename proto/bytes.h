@@ -91,6 +91,10 @@ class Writer {
     if (!b.empty()) std::memcpy(out_.data() + pos_, b.data(), b.size());
     pos_ += b.size();
   }
+  // Passes n bytes the caller has already written in place.
+  void skip(size_t n) {
+    if (room(n)) pos_ += n;
+  }
   // Overwrites 2 bytes at an absolute position already written (checksums).
   void patch_u16(size_t at, uint16_t v) {
     if (!ok_ || at + 2 > pos_) {

@@ -463,7 +463,10 @@ size_t build_transport(const Packet& p, std::span<uint8_t> out) {
   write_mbth(w, p.mbth);
   for (size_t i = 0; i < info->ext_count(); ++i)
     kExtCodecs[static_cast<size_t>(info->exts[i])].write(w, p);
-  w.bytes(p.payload);
+  // A payload already at its place in out (a frame the DMA read it into,
+  // docs/firmware-hal.md §Transmit buffers) is not copied onto itself.
+  if (!p.payload.empty() && p.payload.data() == out.data() + w.pos()) w.skip(p.payload.size());
+  else w.bytes(p.payload);
   w.u32(0);  // the ICRC, sealed below
   if (!w.ok()) return 0;
   seal_icrc(out.first(w.pos()));
@@ -484,6 +487,11 @@ Parsed<Packet> parse_transport(std::span<const uint8_t> bytes) {
 
 size_t encap_length(const FrameHeaders& h) {
   return kEthLen + (h.src_ip.is_v4() ? kIpv4Len : kIpv6Len) + kUdpLen;
+}
+
+size_t payload_offset(const FrameHeaders& h, Opcode op) {
+  const size_t hdr = header_length(op);
+  return hdr == 0 ? 0 : encap_length(h) + hdr;
 }
 
 size_t build_frame(const FrameHeaders& h, const Packet& p, std::span<uint8_t> out) {

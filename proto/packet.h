@@ -290,7 +290,11 @@ size_t header_length(Opcode op);
 // Total UDP payload length: headers + payload + ICRC.
 size_t transport_length(const Packet& p);
 // Writes the UDP payload of p into out (computes the ICRC). Returns bytes
-// written, or 0 if out is too small or the opcode is unknown.
+// written, or 0 if out is too small or the opcode is unknown. A payload
+// that already sits at its place in out (p.payload.data() ==
+// out.data() + header_length) is left there, not copied: a transmitter
+// reads the payload into the frame first and builds the headers around it
+// (payload_offset, docs/firmware-hal.md §Transmit buffers).
 size_t build_transport(const Packet& p, std::span<uint8_t> out);
 // Parses a UDP payload. The ICRC is verified. payload borrows from bytes.
 Parsed<Packet> parse_transport(std::span<const uint8_t> bytes);
@@ -330,7 +334,11 @@ inline constexpr size_t kUdpLen = 8;
 
 // Bytes before the MetaRoCE MBTH for these headers (Ethernet+IP+UDP).
 size_t encap_length(const FrameHeaders& h);
-// Builds a whole frame. Returns bytes written, or 0 if out is too small.
+// Where the payload of a packet with opcode op starts in a frame with these
+// headers (encap_length + header_length); 0 for an unknown opcode.
+size_t payload_offset(const FrameHeaders& h, Opcode op);
+// Builds a whole frame. Returns bytes written, or 0 if out is too small. A
+// payload already at payload_offset in out stays in place (build_transport).
 size_t build_frame(const FrameHeaders& h, const Packet& p, std::span<uint8_t> out);
 
 struct Frame {

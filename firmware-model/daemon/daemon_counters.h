@@ -40,7 +40,9 @@ namespace metaroce::daemon {
   X(ah_refused)                  /* CREATE_AH refused (no GRH, bad PD/GID, limits) */ \
   /* srqud: ring entries beyond the advertised bound (no CQE) */                      \
   X(wqe_send_over_bound)         /* send entry with max_send_wr WRs outstanding */    \
-  X(wqe_recv_over_bound)         /* receive entry with max_recv_wr outstanding */
+  X(wqe_recv_over_bound)         /* receive entry with max_recv_wr outstanding */ \
+  /* txf: */                                                                          \
+  X(tx_drop_frame_mismatch)      /* a reserved tx frame not finished as reserved */
 
 struct DaemonCounters {
 #define MROCE_X(name) uint64_t name = 0;

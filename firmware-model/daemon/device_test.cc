@@ -1414,6 +1414,78 @@ void write_through_rings(uint32_t capacity) {
   CHECK(fa.device.counters().tx_held_ring_full > 0);  // the ring did fill
   CHECK(fa.device.counters().tx_drop_ring_full == 0);
   CHECK(fb.device.counters().tx_drop_ring_full == 0);
+  // txf: the payloads were read straight into the ring's frames (hal.h
+  // §tx_buffer), none through the engine's scratch, every frame finished
+  // as reserved.
+  const fw::Counters& ea = fa.device.soft_nic()->engine().counters();
+  CHECK(ea.tx_payload_in_frame >= 200'000 / 1024);
+  CHECK(ea.tx_payload_copied == 0);
+  CHECK(ea.tx_frames_abandoned == 0);
+  CHECK(fa.device.counters().tx_drop_frame_mismatch == 0);
+}
+
+// txf: a payload the DMA cannot read after its frame was reserved: the
+// frame goes back to the ring unsent (nothing queued, no slot lost), the
+// WQE completes in error as on the copy path.
+TEST_CASE("txbuf__a_dma_failure_after_the_frame_was_reserved_returns_it_to_the_ring") {
+  RingIo io_a, io_b;
+  io_a.peer = &io_b;
+  io_b.peer = &io_a;
+  AnyMac link;
+  WiredFixture fa(&io_a, &link, 0x0a000001), fb(&io_b, &link, 0x0a000002);
+  uint32_t pa = reply_as<mroce_alloc_pd_resp>(fa.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  uint32_t pb = reply_as<mroce_alloc_pd_resp>(fb.call(MROCE_OP_ALLOC_PD, {})).pdn;
+  // Two pages, the second unmapped after registration: the first packet's
+  // payload reads, the fifth's (at 4 KiB) faults.
+  const size_t page = 4096;
+  auto* src = static_cast<uint8_t*>(
+      mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(src != MAP_FAILED);
+  std::memset(src, 0x5A, 2 * page);
+  std::vector<uint8_t> dst(2 * page, 0);
+  auto reg = [](Fixture& f, uint32_t pdn, uint8_t* b, size_t n) {
+    mroce_reg_mr_req req{reinterpret_cast<uint64_t>(b), n, pdn, 1 | 2 | 4 | 8};
+    Device::Reply r = f.call(MROCE_OP_REG_MR, bytes_of(req));
+    REQUIRE(r.err == 0);
+    return reply_as<mroce_reg_mr_resp>(r);
+  };
+  auto mr_src = reg(fa, pa, src, 2 * page), mr_dst = reg(fb, pb, dst.data(), dst.size());
+  REQUIRE(munmap(src + page, page) == 0);
+  Cq ca = make_cq(fa), cb = make_cq(fb);
+  Qp a = make_qp(fa, pa, ca), b = make_qp(fb, pb, cb);
+  connect(fa, a, b.qpn, 0x0a000002);
+  connect(fb, b, a.qpn, 0x0a000001);
+  auto* w = static_cast<mroce_send_wqe*>(a.sq.slot(0));
+  *w = {};
+  w->wr_id = 1;
+  w->opcode = 0;  // RDMA_WRITE
+  w->send_flags = 2;
+  w->num_sge = 1;
+  w->remote_addr = reinterpret_cast<uint64_t>(dst.data());
+  w->rkey = mr_dst.rkey;
+  w->u.sg[0] = {reinterpret_cast<uint64_t>(src), 2 * page, mr_src.lkey};
+  a.sq.store_producer(1);
+  REQUIRE(fa.run_until([&] {
+    io_a.carry(64);
+    io_b.carry(64);
+    fb.device.poll_once();
+    return ca.ring.load_producer() >= 1;
+  }));
+  auto* e = static_cast<mroce_cqe*>(ca.ring.slot(0));
+  CHECK(e->status != 0);
+  const fw::Counters& ea = fa.device.soft_nic()->engine().counters();
+  CHECK(ea.tx_frames_abandoned == 1);
+  CHECK(ea.tx_payload_copied == 0);
+  CHECK(fa.device.soft_nic()->dma_stats().faults >= 1);
+  CHECK(fa.device.counters().tx_drop_frame_mismatch == 0);
+  // Every frame reserved was either sent or given back: the ring is whole.
+  for (int i = 0; i < 100 && io_a.tx_room() < io_a.capacity; ++i) {
+    io_a.tx_flush();
+    io_a.carry(64);
+  }
+  CHECK(io_a.tx_room() == io_a.capacity);
+  CHECK(io_a.stats().tx_frames == ea.tx_packets);  // the abandoned frame was not committed
+  munmap(src, page);
 }
 
 TEST_CASE("backpressure__full_tx_ring_holds_the_engine_instead_of_dropping") {

@@ -37,18 +37,81 @@ proto::MacAddr multicast_mac(const proto::IpAddr& g) {
 }
 }  // namespace
 
-void SoftNicHal::send(const fw::OutPacket& p) {
-  io::PacketIo* io = env_.io;
-  LinkInterface* link = env_.link;
+namespace {
+proto::FrameHeaders headers_of(const fw::OutPacket& p) {
   proto::FrameHeaders h;
   h.src_ip = p.src_ip;
   h.dst_ip = p.dst_ip;
   h.src_port = p.src_port;
   h.dscp = p.dscp;
   h.ttl = p.ttl;
-  bool local = std::find(gids_.begin(), gids_.end(), p.dst_ip) != gids_.end();
+  return h;
+}
+}  // namespace
+
+std::span<uint8_t> SoftNicHal::tx_buffer(const fw::OutPacket& p, size_t len) {
+  io::PacketIo* io = env_.io;
+  LinkInterface* link = env_.link;
+  tx_abandon();  // never two (the engine asks once per packet)
+  unresolved_ = false;
+  if (!io || !link || p.dst_ip.is_multicast() ||
+      std::find(gids_.begin(), gids_.end(), p.dst_ip) != gids_.end())
+    return {};
+  proto::FrameHeaders h = headers_of(p);
+  const size_t at = proto::payload_offset(h, p.packet.mbth.opcode);
+  const size_t frame = at + len + proto::kIcrcLen;
+  if (at == 0 || frame > io->max_frame()) return {};  // send() counts the drop
+  if (!link->resolve(p.dst_ip, &frame_mac_)) {
+    unresolved_ = true;
+    unresolved_ip_ = p.dst_ip;
+    return {};
+  }
+  std::span<uint8_t> buf = io->tx_alloc(static_cast<uint32_t>(frame));
+  if (buf.empty()) {
+    io->tx_flush();
+    buf = io->tx_alloc(static_cast<uint32_t>(frame));
+  }
+  if (buf.size() < frame) {
+    if (!buf.empty()) io->tx_commit(0);
+    return {};  // ring full: send() counts tx_drop_ring_full
+  }
+  frame_ = buf.first(frame);
+  frame_payload_at_ = at;
+  return frame_.subspan(at, len);
+}
+
+void SoftNicHal::tx_abandon() {
+  if (frame_.empty()) return;
+  frame_ = {};
+  env_.io->tx_commit(0);  // the buffer goes back to the ring unsent
+}
+
+void SoftNicHal::send(const fw::OutPacket& p) {
+  io::PacketIo* io = env_.io;
+  LinkInterface* link = env_.link;
+  proto::FrameHeaders h = headers_of(p);
+  if (!frame_.empty()) {
+    if (p.packet.payload.data() == frame_.data() + frame_payload_at_) {
+      // The payload is in the frame already (tx_buffer): headers and ICRC
+      // around it, nothing copied.
+      h.src_mac = link->local_mac();
+      h.dst_mac = frame_mac_;
+      size_t n = 0;
+      if (proto::payload_offset(h, p.packet.mbth.opcode) == frame_payload_at_ &&
+          frame_payload_at_ + p.packet.payload.size() + proto::kIcrcLen == frame_.size())
+        n = proto::build_frame(h, p.packet, frame_);
+      frame_ = {};
+      io->tx_commit(static_cast<uint32_t>(n));  // 0: not sent
+      if (n == 0) env_.counters->tx_drop_frame_mismatch++;
+      if (io->tx_pending() >= 64) io->tx_flush();
+      return;
+    }
+    tx_abandon();  // another packet first: the engine never does this
+    env_.counters->tx_drop_frame_mismatch++;
+  }
   // A UD multicast datagram goes to this host's attached QPs too
   // (docs/protocol.md §13.8), and to the wire at the group's MAC.
+  bool local = std::find(gids_.begin(), gids_.end(), p.dst_ip) != gids_.end();
   bool mcast = p.dst_ip.is_multicast();
   size_t len = proto::encap_length(h) + proto::transport_length(p.packet);
   if (local || mcast) {
@@ -59,9 +122,11 @@ void SoftNicHal::send(const fw::OutPacket& p) {
     if (local) return;
   }
   if (!io || !link) return;
+  const bool known_miss = unresolved_ && unresolved_ip_ == p.dst_ip;
+  unresolved_ = false;
   if (mcast) {
     h.dst_mac = multicast_mac(p.dst_ip);
-  } else if (!link->resolve(p.dst_ip, &h.dst_mac)) {
+  } else if (known_miss || !link->resolve(p.dst_ip, &h.dst_mac)) {
     env_.counters->tx_drop_no_neighbor++;
     return;
   }
@@ -197,6 +262,7 @@ void SoftNic::host_counters(std::vector<hw::NamedCounter>* out) const {
                               {"io_rx_invalid", io.rx_invalid},
                               {"io_tx_frames", io.tx_frames},
                               {"io_tx_ring_full", io.tx_ring_full},
+                              {"io_tx_held_moved", io.tx_held_moved},
                               {"io_tx_errors", io.tx_errors},
                               {"io_tx_kicks", io.tx_kicks},
                               {"io_tx_gso_super", io.tx_gso_super},

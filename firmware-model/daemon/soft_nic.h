@@ -64,6 +64,15 @@ class SoftNicHal : public fw::PacketPortInterface, public fw::RandomInterface {
   // and the reserve is left for the ACKs and NACKs it still sends.
   // service() keeps the loop polling until the ring has room again.
   bool tx_ready() override;
+  // Payload straight into the frame (hal.h §tx_buffer): a frame of the tx
+  // ring for a packet to the wire whose next hop is known, the span at its
+  // payload offset handed out, the frame finished in place by send() or
+  // released unsent by tx_abandon(). Loopback and multicast packets, an
+  // unknown next hop, a frame too big and a full ring get no frame: the
+  // engine's copy path then reaches send(), which counts and drops them as
+  // it did (a next hop tx_buffer() found unknown is not asked again).
+  std::span<uint8_t> tx_buffer(const fw::OutPacket& p, size_t len) override;
+  void tx_abandon() override;
   // Keys and path seeds: getrandom(2), read in batches (MR keys must not
   // be guessable from earlier ones, docs/engine.md §Objects).
   uint64_t next() override;
@@ -79,6 +88,15 @@ class SoftNicHal : public fw::PacketPortInterface, public fw::RandomInterface {
   std::vector<proto::IpAddr> gids_;  // the port's, for the loopback test
   std::deque<std::vector<uint8_t>> loopback_;  // frames to our own GIDs
   bool tx_held_ = false;  // this pass's tx_ready() said no (counted once per pass)
+  // The frame tx_buffer() reserved (the tx ring's current buffer), where its
+  // payload starts and the next hop it was resolved for.
+  std::span<uint8_t> frame_;
+  size_t frame_payload_at_ = 0;
+  proto::MacAddr frame_mac_{};
+  // The destination tx_buffer() found no next hop for: the send() of that
+  // packet counts the drop without resolving again.
+  bool unresolved_ = false;
+  proto::IpAddr unresolved_ip_;
 
  private:
   std::array<uint64_t, 64> random_{};

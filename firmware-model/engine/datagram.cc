@@ -61,24 +61,29 @@ void fail(Core& c, Qp& qp, WcStatus status) {
 // read the WR's memory.
 bool send_one(Core& c, Qp& qp, const SendWqe& w, const Ah& ah) {
   const SendWr& wr = w.wr;
-  std::span<uint8_t> buf(c.scratch().data(), w.length);
-  if (wr.send_flags & kSendInline) {
-    if (!buf.empty()) std::memcpy(buf.data(), wr.inline_data.data(), buf.size());
-  } else if (!sgl_read(c, qp.owner, wr.sg.data(), wr.num_sge, 0, buf)) {
-    return false;
-  }
+  const bool inl = wr.send_flags & kSendInline;
+  if (!inl) c.commit(qp.owner);  // a host read may flush queued writes: learn their fate first
   proto::Packet p;
   p.mbth.opcode = wr.opcode == WrOpcode::kSendImm ? proto::Opcode::kUdSendImm
                                                   : proto::Opcode::kUdSend;
   p.mbth.flags = proto::kFlagLast | ((wr.send_flags & kSendSolicited) ? proto::kFlagSolicited : 0);
   p.mbth.dest_qpn = wr.remote_qpn & kQpnMask;
-  p.mbth.psn = qp.ud_psn++;
+  p.mbth.psn = qp.ud_psn;
   p.mbth.timestamp = static_cast<uint32_t>(c.now());
   const uint8_t path = qp.paths->next_path(c.now());  // per-packet entropy (§13.3)
   p.mbth.path_id = path;
   p.deth.qkey = (wr.remote_qkey & kControlledQkey) ? qp.attr.qkey : wr.remote_qkey;
   p.deth.src_qpn = qp.qpn;
   p.imm = wr.imm;
+  // Straight into the port's frame when it has one (hal.h §tx_buffer).
+  std::span<uint8_t> buf = c.tx_payload(qp, ah.av, p, path, w.length);
+  if (inl) {
+    if (!buf.empty()) std::memcpy(buf.data(), wr.inline_data.data(), buf.size());
+  } else if (!sgl_read(c, qp.owner, wr.sg.data(), wr.num_sge, 0, buf)) {
+    c.tx_drop(&qp, buf);
+    return false;
+  }
+  ++qp.ud_psn;
   p.payload = buf;
   c.send_to(qp, ah.av, p, path);
   c.bump(&qp, &Counters::ud_tx_datagrams);

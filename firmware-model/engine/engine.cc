@@ -65,7 +65,8 @@ Core::Core(const EngineConfig& config, Hal hal)
   credit_ = make_receiver_credit(p);
 }
 
-void Core::send_to(Qp& qp, const AddressVector& av, const proto::Packet& p, uint8_t path) {
+OutPacket Core::out_packet(const Qp& qp, const AddressVector& av, const proto::Packet& p,
+                           uint8_t path) const {
   OutPacket o;
   const auto& gids = config_.port.gids;
   if (av.sgid_index < gids.size()) o.src_ip = gids[av.sgid_index];
@@ -76,9 +77,41 @@ void Core::send_to(Qp& qp, const AddressVector& av, const proto::Packet& p, uint
   o.dscp = av.traffic_class >> 2;
   o.ttl = av.hop_limit;
   o.packet = p;
+  return o;
+}
+
+void Core::send_to(Qp& qp, const AddressVector& av, const proto::Packet& p, uint8_t path) {
+  // A port frame still reserved for another packet is given back first: the
+  // port may reuse its memory for this one (hal.h §tx_buffer).
+  if (!tx_held_.empty() && p.payload.data() != tx_held_.data()) tx_drop(&qp, tx_held_);
+  tx_held_ = {};
+  OutPacket o = out_packet(qp, av, p, path);
   bump(&qp, &Counters::tx_packets);
   bump(&qp, &Counters::tx_bytes, proto::transport_length(p));
   hal_.packets.send(o);
+}
+
+std::span<uint8_t> Core::tx_payload(Qp& qp, const AddressVector& av, const proto::Packet& p,
+                                    uint8_t path, size_t len) {
+  if (!tx_held_.empty()) tx_drop(&qp, tx_held_);  // never two reservations
+  if (len == 0) return {};
+  std::span<uint8_t> buf = hal_.packets.tx_buffer(out_packet(qp, av, p, path), len);
+  if (buf.size() == len) {
+    bump(&qp, &Counters::tx_payload_in_frame);
+    tx_held_ = buf;
+    return buf;
+  }
+  if (!buf.empty()) hal_.packets.tx_abandon();  // a port that got len wrong: not used
+  bump(&qp, &Counters::tx_payload_copied);
+  if (scratch_.size() < len) scratch_.resize(len);
+  return {scratch_.data(), len};
+}
+
+void Core::tx_drop(Qp* qp, std::span<uint8_t> buf) {
+  if (buf.empty() || buf.data() != tx_held_.data()) return;  // the scratch: nothing to give back
+  tx_held_ = {};
+  bump(qp, &Counters::tx_frames_abandoned);
+  hal_.packets.tx_abandon();
 }
 
 void Core::complete(Qp& qp, uint32_t cqn, const Completion& wc) {
@@ -248,7 +281,6 @@ bool sgl_walk(const Sge* sg, uint32_t n, uint64_t offset, size_t len, F&& f) {
 
 bool sgl_read(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
               std::span<uint8_t> dst) {
-  c.commit(owner);  // a host read may flush queued writes: learn their fate first
   return sgl_walk(sg, n, offset, dst.size(), [&](uint64_t addr, size_t at, size_t k) {
     return c.hal().dma.read_payload(owner, addr, dst.subspan(at, k));
   });

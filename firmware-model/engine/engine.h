@@ -144,6 +144,10 @@ struct Counters {
   uint64_t read_holes_by_order = 0;   // READ hole check armed by a later READ's response
   // mw2: type 2 windows unbound because their QP was destroyed
   uint64_t mw_invalidated_qp_destroyed = 0;
+  // txf: payload straight into tx frames (hal.h §tx_buffer)
+  uint64_t tx_payload_in_frame = 0;  // payloads the DMA read straight into a port's frame
+  uint64_t tx_payload_copied = 0;    // payloads gathered into the scratch (the port had no frame)
+  uint64_t tx_frames_abandoned = 0;  // port frames given back unsent (the DMA read failed)
 };
 
 // What `Engine::qp_transport` reports (docs/operations.md §QP transport).

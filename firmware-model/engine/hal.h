@@ -48,6 +48,35 @@ class PacketPortInterface {
   // RTT sample and with it the sender's recovery timers; held in the
   // engine they wait unsent. Default: never full (the host queues).
   virtual bool tx_ready() { return true; }
+
+  // Payload straight into the frame (docs/firmware-hal.md §Transmit
+  // buffers). Optional: the defaults say "no buffer", and the engine then
+  // gathers the payload into its own scratch buffer and send() copies it
+  // into a frame, as a host that copies anyway (a simulator) wants.
+  //
+  // For a packet whose payload comes from host memory (requests, READ
+  // responses, datagrams, retransmissions), the engine asks for the
+  // payload's place in a frame first: tx_buffer(p, len) gets the packet
+  // with its addresses and headers (p.packet.payload empty; only the
+  // opcode and the address family fix the layout, other header fields may
+  // still change) and returns len writable bytes at the payload offset of a
+  // frame the port has reserved for it, or an empty span when it has none
+  // (no zero-copy, ring full, next hop unknown, frame too big, a loopback
+  // or multicast destination: the copy path, whose send() then counts and
+  // drops as it would). The engine has the DMA read the payload straight
+  // into the span, then ends the reservation with exactly one of:
+  //   send(p) with p.packet.payload == that span: the port writes the
+  //     headers and the ICRC around the payload in place and sends the
+  //     frame (the MBTH timestamp was taken before the read, as on the
+  //     copy path);
+  //   tx_abandon(): the read failed (or the packet is not sent after
+  //     all); the port releases the frame unsent (the engine counts it).
+  // Between tx_buffer() and the call that ends it the engine calls no
+  // other method of the port; the span is invalid after it. tx_ready()
+  // remains the backpressure signal: a port whose tx_buffer() finds no
+  // room lets the copy path's send() handle the packet as today.
+  virtual std::span<uint8_t> tx_buffer(const OutPacket& p, size_t len) { return {}; }
+  virtual void tx_abandon() {}
 };
 
 // The DMA engine: reads and writes of host memory in the address space of

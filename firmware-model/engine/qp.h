@@ -342,7 +342,6 @@ class Core {
   // UD multicast groups: group address -> attached QPNs (datagram.cc).
   std::map<std::array<uint8_t, 16>, std::vector<uint32_t>>& groups() { return groups_; }
   ReceiverCreditInterface* credit() { return credit_.get(); }
-  std::vector<uint8_t>& scratch() { return scratch_; }
   std::vector<uint8_t>& lost_paths() { return lost_paths_; }
 
   // Counts on the device and on the QP (if any).
@@ -353,7 +352,22 @@ class Core {
   // Sends a packet of qp on path (fills addresses and entropy), to its
   // peer (send) or to av (send_to: UD datagrams).
   void send(Qp& qp, const proto::Packet& p, uint8_t path) { send_to(qp, qp.attr.av, p, path); }
+  OutPacket out_packet(const Qp& qp, const AddressVector& av, const proto::Packet& p,
+                       uint8_t path) const;
   void send_to(Qp& qp, const AddressVector& av, const proto::Packet& p, uint8_t path);
+  // The place for the len-byte payload of packet p (headers filled, no
+  // payload yet) of qp to av on path: len bytes of a frame the port has
+  // reserved (hal.h §tx_buffer; counted tx_payload_in_frame), else the
+  // scratch buffer (tx_payload_copied; send() copies it into a frame). The
+  // caller fills it by DMA and then either sends the packet with that span
+  // as its payload, calling nothing of the port before, or gives it back
+  // with tx_drop(). Empty for len 0.
+  std::span<uint8_t> tx_payload(Qp& qp, const AddressVector& av, const proto::Packet& p,
+                                uint8_t path, size_t len);
+  // The payload from tx_payload() will not be sent (the DMA read failed):
+  // a port frame goes back unsent (tx_frames_abandoned); the scratch needs
+  // nothing.
+  void tx_drop(Qp* qp, std::span<uint8_t> buf);
   // Posts a completion; a full CQ is counted and its error handled at the
   // end of the current engine entry point (Engine::Impl::settle).
   void complete(Qp& qp, uint32_t cqn, const Completion& wc);
@@ -392,6 +406,7 @@ class Core {
   std::map<std::array<uint8_t, 16>, std::vector<uint32_t>> groups_;
   std::unique_ptr<ReceiverCreditInterface> credit_;
   std::vector<uint8_t> scratch_;
+  std::span<uint8_t> tx_held_;  // a port frame's payload between tx_payload() and send/tx_drop
   std::vector<uint8_t> lost_paths_;
   std::vector<Qp*> active_;
   std::vector<uint32_t> overflowed_cqs_;
@@ -402,7 +417,9 @@ class Core {
 };
 
 // Gathers/scatters message bytes [offset, offset+dst.size()) through an SGL.
-// sgl_read gathers a posted work request's payload (DmaInterface::read_payload).
+// sgl_read gathers a posted work request's payload (DmaInterface::read_payload);
+// the caller commits the owner's writes first (Core::commit: a host read may
+// flush them and lose their failure), before it reserves the destination.
 bool sgl_read(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,
               std::span<uint8_t> dst);
 bool sgl_write(Core& c, OwnerId owner, const Sge* sg, uint32_t n, uint64_t offset,

@@ -97,12 +97,21 @@ WcStatus build(Core& c, Qp& qp, SendWqe& w, uint32_t psn, uint32_t offset, uint3
       p->atomic = {wr.remote_addr, wr.rkey, wr.compare_add, 0};
       return WcStatus::kSuccess;
   }
-  std::span<uint8_t> buf(c.scratch().data(), len);
-  if (wr.send_flags & kSendInline) {
+  const bool inl = wr.send_flags & kSendInline;
+  if (!inl) {
+    if (check_local(c, qp, w) != WcStatus::kSuccess) return WcStatus::kLocProtErr;
+    // A host read may flush queued writes: learn their fate first, before
+    // a frame is reserved (a failure sends NACKs through the port).
+    c.commit(qp.owner);
+    if (qp.state == QpState::kErr) return WcStatus::kLocQpOpErr;  // callers check the state first
+  }
+  // The payload goes straight into the port's frame when it has one
+  // (hal.h §tx_buffer), else into the scratch.
+  std::span<uint8_t> buf = c.tx_payload(qp, qp.attr.av, *p, path, len);
+  if (inl) {
     if (len) std::memcpy(buf.data(), wr.inline_data.data() + offset, len);
-  } else if (check_local(c, qp, w) != WcStatus::kSuccess) {
-    return WcStatus::kLocProtErr;
   } else if (!sgl_read(c, qp.owner, wr.sg.data(), wr.num_sge, offset, buf)) {
+    c.tx_drop(&qp, buf);
     return WcStatus::kLocQpOpErr;
   }
   p->payload = buf;

@@ -662,7 +662,6 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
     uint64_t bps = c.config().link_bps ? c.config().link_bps : 25'000'000'000;
     qp.read_pace_at = std::max(qp.read_pace_at, now - std::min(now, kReadPaceBurst)) +
                       static_cast<Time>(uint64_t{wire} * 8'000'000'000 / bps);
-    std::span<uint8_t> buf(c.scratch().data(), len);
     c.commit(qp.owner);  // a READ sees earlier writes, and their failure is not lost
     if (qp.state == QpState::kErr) break;
     if (len && c.mrs().check_remote(qp.owner, qp.init.pdn, qp.qpn, j.rkey, j.va + j.done, len,
@@ -675,15 +674,18 @@ uint32_t run(Core& c, Qp& qp, uint32_t budget) {
                  EventType::kQpAccessErr);
       break;
     }
-    if (len && !c.hal().dma.read(qp.owner, j.va + j.done, buf)) {
-      c.qp_to_error(qp);
-      c.hal().events.async_event(EventType::kQpFatal, qp.qpn);
-      break;
-    }
     uint8_t path = qp.paths->next_path(now);
     proto::Packet p = reply(qp, Opcode::kReadResp, j.psn, j.msn, now, path);
     p.mbth.offset = j.base_offset + j.done;
     if (j.done + len >= j.length) p.mbth.flags = proto::kFlagLast;
+    // Read straight into the port's frame when it has one (hal.h §tx_buffer).
+    std::span<uint8_t> buf = c.tx_payload(qp, qp.attr.av, p, path, len);
+    if (len && !c.hal().dma.read(qp.owner, j.va + j.done, buf)) {
+      c.tx_drop(&qp, buf);
+      c.qp_to_error(qp);
+      c.hal().events.async_event(EventType::kQpFatal, qp.qpn);
+      break;
+    }
     p.payload = buf;
     j.done += len;
     bool finished = j.done >= j.length;

@@ -260,6 +260,7 @@ std::vector<NamedCounter> DeviceModel::device_counters() const {
   out.push_back({"model_tx_drop_no_neighbor", nic_counters_.tx_drop_no_neighbor});
   out.push_back({"model_tx_drop_ring_full", nic_counters_.tx_drop_ring_full});
   out.push_back({"model_tx_drop_too_big", nic_counters_.tx_drop_too_big});
+  out.push_back({"model_tx_drop_frame_mismatch", nic_counters_.tx_drop_frame_mismatch});  // txf
   return out;
 }
 

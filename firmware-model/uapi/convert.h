@@ -144,7 +144,11 @@ struct NamedCounter {
   X(read_tail_probes)            \
   X(read_holes_by_order) \
   /* mw2: */                     \
-  X(mw_invalidated_qp_destroyed)
+  X(mw_invalidated_qp_destroyed) \
+  /* txf: payload straight into tx frames */ \
+  X(tx_payload_in_frame)         \
+  X(tx_payload_copied)           \
+  X(tx_frames_abandoned)
 
 #define MROCE_X(name) +1
 inline constexpr size_t kEngineCounters = 0 MROCE_ENGINE_COUNTERS(MROCE_X);

@@ -152,6 +152,21 @@ case_packet_gso_hostile() { trap 'stop_bg; exit $?' EXIT
   [ "${invalid:-0}" -ge "$sent" ] || { echo "hostile super-frames not counted" >&2; return 1; }
 }
 
+# A flush while a tx buffer is held (the soft NIC flushes when the engine
+# asks for room while a payload is being read into a frame): the frame
+# committed is the one written, never a stale slot (a duplicate at the sink
+# fails). On AF_PACKET the held frame must then have moved.
+held_transfer() {  # RX TX
+  local out=$TMP/held.$RANDOM moved
+  transfer "$1" "$2" 3000 1024 100 $MIN3000 -- --flush-held=7 | tee "$out" || return 1
+  [ "$2" = packet ] || return 0
+  moved=$(sed -nE 's/^source stats:.*held moved ([0-9]+).*/\1/p' "$out")
+  echo "held frames moved: ${moved:-none}"
+  [ "${moved:-0}" -gt 0 ] || { echo "no flush ran while a buffer was held" >&2; return 1; }
+}
+case_packet_flush_while_held() { trap 'stop_bg; exit $?' EXIT; held_transfer packet packet; }
+case_xdp_flush_while_held() { trap 'stop_bg; exit $?' EXIT; need_xdp; held_transfer packet xdp; }
+
 case_kernel_traffic_passes_while_attached() { trap 'stop_bg; exit $?' EXIT; need_xdp;
   local ready=$TMP/hold.ready
   bg "$NB" --role=hold --if=vb --io=xdp --ready-file="$ready"
@@ -247,6 +262,8 @@ e2e_case packet_v3_rx_intact case_packet_v3_rx_intact
 e2e_case packet_gso_intact case_packet_gso_intact
 e2e_case packet_gso_hostile case_packet_gso_hostile
 e2e_case xdp_multi_buffer_4k case_xdp_multi_buffer_4k
+e2e_case packet_flush_while_held case_packet_flush_while_held
+e2e_case xdp_flush_while_held case_xdp_flush_while_held
 e2e_case kernel_traffic_passes_while_attached case_kernel_traffic_passes_while_attached
 e2e_case xdp_program_dies_with_kill_9 case_xdp_program_dies_with_kill_9
 e2e_case auto_falls_back_to_af_packet case_auto_falls_back_to_af_packet

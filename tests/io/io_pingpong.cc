@@ -16,7 +16,8 @@
 // Common: --xdp-mode=auto|native|generic --ring=v2|v3 --max-frame=N --gso=1
 //         --ready-file=PATH (written once the backend is open).
 // Source: --paths=K (UDP source ports 0xC000 + seq % K; default one per
-//         frame), --short-every=N (every Nth frame has half the payload).
+//         frame), --short-every=N (every Nth frame has half the payload),
+//         --flush-held=N (every Nth frame: tx_flush() while its buffer is held).
 // Prints figures; exits non-zero when frames are missing or damaged.
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
@@ -139,6 +140,9 @@ struct Sender {
   bool send(io::PacketIo& pio, uint32_t seq) {
     auto buf = pio.tx_alloc(frame_len);
     if (buf.empty()) return false;
+    // --flush-held=N: every Nth frame, a flush while its buffer is held (a
+    // port may flush while the engine reads a payload into the buffer).
+    if (const long every = num("flush-held", 0); every && seq % every == every - 1) pio.tx_flush();
     const long short_every = num("short-every", 0), paths = num("paths", 0);
     const size_t len = short_every && seq % short_every == short_every - 1 ? payload_len / 2 : payload_len;
     for (size_t i = 0; i < len; ++i) payload[i] = pattern(seq, i);
@@ -175,11 +179,12 @@ long check_frame(const io::RxFrame& f) {
 
 void print_stats(const char* who, const io::IoStats& s) {
   printf("%s stats: rx %llu frames %llu B (gathered %llu, kernel drops %llu, invalid %llu); "
-         "tx %llu frames %llu B (ring full %llu, errors %llu, kicks %llu); "
+         "tx %llu frames %llu B (ring full %llu, held moved %llu, errors %llu, kicks %llu); "
          "gso super tx %llu rx %llu invalid %llu\n",
          who, (unsigned long long)s.rx_frames, (unsigned long long)s.rx_bytes, (unsigned long long)s.rx_gathered,
          (unsigned long long)s.rx_kernel_drops, (unsigned long long)s.rx_invalid, (unsigned long long)s.tx_frames,
-         (unsigned long long)s.tx_bytes, (unsigned long long)s.tx_ring_full, (unsigned long long)s.tx_errors,
+         (unsigned long long)s.tx_bytes, (unsigned long long)s.tx_ring_full,
+         (unsigned long long)s.tx_held_moved, (unsigned long long)s.tx_errors,
          (unsigned long long)s.tx_kicks, (unsigned long long)s.tx_gso_super,
          (unsigned long long)s.rx_gso_super, (unsigned long long)s.rx_gso_invalid);
 }

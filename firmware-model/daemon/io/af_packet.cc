@@ -246,11 +246,22 @@ class AfPacket final : public PacketIo {
       stats_.tx_ring_full++;
       return {};
     }
-    return {tx_pool_.data() + static_cast<size_t>(tx_count_) * max_frame_, max_frame_};
+    held_ = tx_count_;
+    return {tx_pool_.data() + static_cast<size_t>(held_) * max_frame_, max_frame_};
   }
 
   void tx_commit(uint32_t len) override {
-    if (len == 0 || len > max_frame_ || tx_count_ == kTxBuffers) return;
+    const uint32_t held = held_;
+    held_ = kNone;
+    if (held == kNone || len == 0 || len > max_frame_ || tx_count_ == kTxBuffers) return;
+    // A flush while the buffer was held sent the frames before it and moved
+    // the rest to the front: the held slot stayed where it was handed out
+    // (its holder may still be writing it), so the frame moves now, whole.
+    if (held != tx_count_) {
+      std::memmove(tx_pool_.data() + static_cast<size_t>(tx_count_) * max_frame_,
+                   tx_pool_.data() + static_cast<size_t>(held) * max_frame_, len);
+      stats_.tx_held_moved++;
+    }
     tx_len_[tx_count_++] = len;
   }
 
@@ -636,6 +647,9 @@ class AfPacket final : public PacketIo {
   std::vector<uint8_t> tx_pool_;
   std::vector<uint32_t> tx_len_;
   uint32_t tx_count_ = 0;
+  // The slot tx_alloc() handed out until tx_commit() (kNone: none). Flushes
+  // only move queued frames to lower slots, so a held slot is never written.
+  uint32_t held_ = kNone;
   iovec iov_[2 * kTxBuffers];
   mmsghdr msgs_[kTxBuffers];
   // UDP GSO state (gso_: options; gso_tx_: cleared if the kernel refuses it).

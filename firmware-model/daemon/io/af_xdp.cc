@@ -196,6 +196,13 @@ class AfXdp final : public PacketIo {
       stats_.tx_ring_full++;
       return;
     }
+    // reclaim() may have pushed completed slots after the held one.
+    auto held = std::find(free_slots_.rbegin(), free_slots_.rend(), slot);
+    if (held == free_slots_.rend()) {  // not free: never handed out twice
+      stats_.tx_errors++;
+      return;
+    }
+    std::swap(*held, free_slots_.back());
     free_slots_.pop_back();
     slot_descs_[slot] = ndesc;
     uint64_t addr = slot_addr(slot);

@@ -56,6 +56,8 @@ struct IoStats {
   uint64_t tx_frames = 0;
   uint64_t tx_bytes = 0;
   uint64_t tx_ring_full = 0;     // tx_alloc() found no free buffer
+  uint64_t tx_held_moved = 0;    // AF_PACKET: frames moved at tx_commit() because a
+                                 // tx_flush() ran while their buffer was held
   uint64_t tx_errors = 0;        // frames the kernel refused (sendmmsg error,
                                  // XDP_STATISTICS tx_invalid_descs)
   uint64_t tx_kicks = 0;         // syscalls issued to push tx
@@ -143,6 +145,9 @@ class PacketIo {
   // AF_XDP this is UMEM). Returns an empty span when no buffer is free (call
   // tx_flush() and retry later) or len is too big. At most one buffer is
   // outstanding: tx_alloc() again without tx_commit() abandons the previous.
+  // The buffer stays the caller's until tx_commit(), across tx_flush(),
+  // tx_room() and tx_pending() calls in between (a port may flush while the
+  // engine reads a payload into it): what is committed is what was written.
   virtual std::span<uint8_t> tx_alloc(uint32_t len) = 0;
   // Queues the buffer from the last tx_alloc() with its final length
   // (<= the length allocated). len 0 abandons it.

@@ -51,11 +51,9 @@ std::string describe(const proto::Packet& p) {
   return s;
 }
 
-void FakePort::send(const OutPacket& o) {
-  std::string what = describe_packets ? describe(o.packet) : std::string();
-  if (keep_log) log.push_back("tx " + what);
-  const proto::Opcode op = o.packet.mbth.opcode;
-  if (tx_room > 0 && op != proto::Opcode::kAck && op != proto::Opcode::kNack) --tx_room;
+bool frame_buffers_from_env() { return std::getenv("MROCE_TEST_FRAME_BUFFERS") != nullptr; }
+
+proto::FrameHeaders FakePort::headers(const OutPacket& o) const {
   proto::FrameHeaders h;
   h.src_ip = o.src_ip;
   h.dst_ip = o.dst_ip;
@@ -63,8 +61,64 @@ void FakePort::send(const OutPacket& o) {
   h.dscp = o.dscp;
   h.ttl = o.ttl;
   h.ecn = ecn;
+  return h;
+}
+
+FakePort::~FakePort() {
+  if (contract_violations == 0) return;
+  std::fprintf(stderr, "FakePort: %llu tx_buffer contract violations (hal.h §tx_buffer)\n",
+               static_cast<unsigned long long>(contract_violations));
+  std::abort();
+}
+
+std::span<uint8_t> FakePort::tx_buffer(const OutPacket& o, size_t len) {
+  if (!held_.empty()) ++contract_violations;  // two reservations at once
+  held_.clear();
+  if (!frame_buffers || frames_free == 0) {
+    ++frames_refused;
+    return {};
+  }
+  const size_t at = proto::payload_offset(headers(o), o.packet.mbth.opcode);
+  if (at == 0) {
+    ++frames_refused;
+    return {};
+  }
+  if (frames_free > 0) --frames_free;
+  ++frames_given;
+  held_.assign(at + len + proto::kIcrcLen, 0xEE);  // poison: every byte must be written
+  held_at_ = at;
+  return {held_.data() + at, len};
+}
+
+void FakePort::tx_abandon() {
+  if (held_.empty()) ++contract_violations;  // nothing was reserved
+  held_.clear();
+  ++frames_abandoned;
+}
+
+void FakePort::send(const OutPacket& o) {
+  std::string what = describe_packets ? describe(o.packet) : std::string();
+  if (keep_log) log.push_back("tx " + what);
+  const proto::Opcode op = o.packet.mbth.opcode;
+  if (tx_room > 0 && op != proto::Opcode::kAck && op != proto::Opcode::kNack) --tx_room;
+  const proto::FrameHeaders h = headers(o);
   Frame f;
-  f.bytes.resize(proto::encap_length(h) + proto::transport_length(o.packet));
+  const bool in_place = !held_.empty() && o.packet.payload.data() == held_.data() + held_at_;
+  if (in_place) {
+    // Built around the payload the DMA read into it (hal.h §tx_buffer).
+    if (proto::payload_offset(h, op) != held_at_ ||
+        o.packet.payload.size() + held_at_ + proto::kIcrcLen != held_.size())
+      ++contract_violations;
+    f.bytes = std::move(held_);
+    held_.clear();
+    ++frames_in_place;
+  } else {
+    if (!held_.empty()) {  // another packet while a frame is reserved
+      ++contract_violations;
+      held_.clear();
+    }
+    f.bytes.resize(proto::encap_length(h) + proto::transport_length(o.packet));
+  }
   size_t n = proto::build_frame(h, o.packet, f.bytes);
   f.bytes.resize(n);
   f.path = o.packet.mbth.path_id;

@@ -43,6 +43,7 @@ class FakeRandom : public RandomInterface {
 // Addresses are real pointers; an owner marked dead fails every access (its
 // memory is unmapped); an owner marked gone also fails every access and is
 // not alive any more (its process exited: hal.h owner_alive).
+// Reads overlapping a range of bad_reads fail.
 // Writes overlapping a range of bad_writes never land: write() returns false,
 // or, with fail_on_commit, it reports success (a queued write) and the next
 // commit() of that owner returns false, as a host whose flush faults does.
@@ -59,6 +60,12 @@ class FakeDma : public DmaInterface {
     if (watch.overlaps(addr, dst.size())) ++watch_hits;
     if (reads_flush) lost.erase(owner);
     if (dead.count(owner) || gone.count(owner)) return false;
+    for (const Range& r : bad_reads) {
+      if (!r.overlaps(addr, dst.size())) continue;
+      ++failed_reads;
+      if (!dst.empty()) std::memset(dst.data(), 0xBD, dst.size());  // a partial read's debris
+      return false;
+    }
     if (!dst.empty()) std::memcpy(dst.data(), reinterpret_cast<const void*>(addr), dst.size());
     ++reads;
     return true;
@@ -86,6 +93,8 @@ class FakeDma : public DmaInterface {
   bool owner_alive(OwnerId owner) override { return !gone.count(owner); }
   std::set<OwnerId> dead, gone;
   std::vector<Range> bad_writes;
+  std::vector<Range> bad_reads;  // reads overlapping these fail (a page the host cannot read)
+  uint64_t failed_reads = 0;
   bool fail_on_commit = false;
   bool reads_flush = false;
   Range watch;
@@ -126,15 +135,40 @@ class FakeEvents : public EventSinkInterface {
   std::vector<std::string> events;
 };
 
+bool frame_buffers_from_env();
+
 // "tx WRITE psn 5 off 0 len 1024 LAST ACKREQ"
 std::string describe(const proto::Packet& p);
 
 class FakePort : public PacketPortInterface {
  public:
   void send(const OutPacket& o) override;
+  // Payload straight into the frame (hal.h §tx_buffer), when frame_buffers
+  // is set: each payload packet gets a frame of its own, at most
+  // frames_free of them (negative = unlimited; 0 = "no buffer", the copy
+  // path). Frames a packet was built in place in, frames given back, and
+  // sends that broke the contract (another packet sent while a frame was
+  // reserved, or a reserved frame's payload sent in a different layout)
+  // are counted; held() says whether a frame is reserved now.
+  std::span<uint8_t> tx_buffer(const OutPacket& o, size_t len) override;
+  void tx_abandon() override;
+  bool held() const { return !held_.empty(); }
+  // Default: off (the copy path), on with MROCE_TEST_FRAME_BUFFERS set in
+  // the environment (the *_framebuf test targets run whole suites so).
+  bool frame_buffers = frame_buffers_from_env();
+  int64_t frames_free = -1;
+  uint64_t frames_given = 0, frames_refused = 0, frames_in_place = 0, frames_abandoned = 0;
+  uint64_t contract_violations = 0;
   // Transmit backpressure (hal.h): request and READ response packets the
   // port still takes before it reports full; negative = unlimited.
-  bool tx_ready() override { return tx_room != 0; }
+  // Asked while a frame is reserved: a contract violation (a host may
+  // flush its ring there, hal.h §tx_buffer).
+  bool tx_ready() override {
+    if (!held_.empty()) ++contract_violations;
+    return tx_room != 0;
+  }
+  // A suite run with frame buffers fails on any contract violation.
+  ~FakePort() override;
   int64_t tx_room = -1;
   std::vector<std::string> log;  // describe() of every packet sent
   bool keep_log = true;
@@ -147,6 +181,11 @@ class FakePort : public PacketPortInterface {
   };
   std::vector<Frame> outbox;  // built frames not yet taken by the bench
   std::vector<OutPacket> raw; // last packets (headers only; payload not kept)
+
+ private:
+  proto::FrameHeaders headers(const OutPacket& o) const;
+  std::vector<uint8_t> held_;  // the frame tx_buffer() reserved
+  size_t held_at_ = 0;         // where its payload starts
 };
 
 // One simulated NIC with its host memory.
