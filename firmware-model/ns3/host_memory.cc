@@ -7,8 +7,6 @@
 
 namespace metaroce::fabric {
 
-namespace {
-
 uint64_t mix(uint64_t x) {
   x ^= x >> 30;
   x *= 0xBF58476D1CE4E5B9ull;
@@ -16,6 +14,8 @@ uint64_t mix(uint64_t x) {
   x *= 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+
+namespace {
 
 uint64_t pattern_word(uint32_t src, uint64_t word, uint64_t seed) {
   return mix(seed * 0x100000001B3ull ^ uint64_t{src} << 40 ^ word);

@@ -34,6 +34,10 @@ namespace metaroce::fabric {
 uint8_t pattern(uint32_t src, uint64_t i, uint64_t seed);
 void fill_pattern(std::span<uint8_t> dst, uint32_t src, uint64_t first, uint64_t seed);
 
+// The 64-bit finalizer (splitmix64) behind the pattern; workloads draw
+// their seeded permutations and phases from it too.
+uint64_t mix(uint64_t x);
+
 enum class MemoryMode { kStore, kVerify };
 
 // A placement fault, to show that verification catches one (tests): the

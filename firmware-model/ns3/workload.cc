@@ -9,14 +9,6 @@ namespace metaroce::fabric {
 
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // tag = phase(2) | channel(6) | step(12) | slice(12)
 constexpr uint32_t kPhaseRs = 0, kPhaseAg = 1;
 uint32_t tag(uint32_t phase, uint32_t ch, uint32_t step, uint32_t slice) {
