@@ -35,6 +35,17 @@ void check_clean(const Node& n) {
   CHECK(n.engine->counters().rx_drop_parse == 0);
 }
 
+// A's send completions, polled until n arrived; exactly n (REQUIREd).
+std::vector<Completion> send_completions(Bench& t, size_t n) {
+  std::vector<Completion> sc;
+  REQUIRE(t.run([&] {
+    for (auto& c : t.a.send_cq()) sc.push_back(c);
+    return sc.size() >= n;
+  }));
+  REQUIRE(sc.size() == n);
+  return sc;
+}
+
 size_t count_sent(const Node& n, const std::string& what) {
   size_t k = 0;
   for (const std::string& s : n.port.log) k += s.find(what) != std::string::npos;
@@ -100,11 +111,7 @@ TEST_CASE("txbuf__write_send_and_read_responses_are_read_straight_into_frames") 
   r.remote_addr = t.b.base() + 40000;
   r.rkey = t.b.mr.rkey;
   REQUIRE(t.a.post_send(r) == 0);
-  std::vector<Completion> sc;
-  REQUIRE(t.run([&] {
-    for (auto& c : t.a.send_cq()) sc.push_back(c);
-    return sc.size() == 3;
-  }));
+  std::vector<Completion> sc = send_completions(t, 3);
   for (const Completion& c : sc) CHECK(std::string(status_name(c.status)) == "SUCCESS");
   CHECK(std::memcmp(t.b.mem.data() + 30000, t.a.mem.data(), 5000) == 0);
   CHECK(std::memcmp(t.b.mem.data() + 20000, t.a.mem.data() + 0, 1000) == 0);
@@ -174,11 +181,7 @@ TEST_CASE("txbuf__without_a_free_frame_the_copy_path_carries_the_packet") {
   w.remote_addr = t.b.base() + 30000;
   w.rkey = t.b.mr.rkey;
   REQUIRE(t.a.post_send(w) == 0);
-  std::vector<Completion> sc;
-  REQUIRE(t.run([&] {
-    for (auto& c : t.a.send_cq()) sc.push_back(c);
-    return sc.size() == 1;
-  }));
+  std::vector<Completion> sc = send_completions(t, 1);
   CHECK(std::string(status_name(sc[0].status)) == "SUCCESS");
   CHECK(std::memcmp(t.b.mem.data() + 30000, t.a.mem.data(), 5000) == 0);
   const Counters& ca = t.a.engine->counters();
@@ -198,11 +201,7 @@ TEST_CASE("txbuf__dma_failure_after_the_frame_was_reserved_sends_nothing_and_giv
   w.remote_addr = t.b.base() + 8192;
   w.rkey = t.b.mr.rkey;
   REQUIRE(t.a.post_send(w) == 0);
-  std::vector<Completion> sc;
-  REQUIRE(t.run([&] {
-    for (auto& c : t.a.send_cq()) sc.push_back(c);
-    return !sc.empty();
-  }));
+  std::vector<Completion> sc = send_completions(t, 1);
   // The same error as the copy path reports.
   CHECK(std::string(status_name(sc[0].status)) == "LOC_QP_OP_ERR");
   CHECK(t.a.dma.failed_reads >= 1);
@@ -228,11 +227,7 @@ TEST_CASE("txbuf__read_response_dma_failure_gives_the_frame_back_and_the_qp_fail
   r.remote_addr = t.b.base() + 40000;
   r.rkey = t.b.mr.rkey;
   REQUIRE(t.a.post_send(r) == 0);
-  std::vector<Completion> sc;
-  REQUIRE(t.run([&] {
-    for (auto& c : t.a.send_cq()) sc.push_back(c);
-    return !sc.empty();
-  }));
+  std::vector<Completion> sc = send_completions(t, 1);
   CHECK(std::string(status_name(sc[0].status)) != "SUCCESS");
   CHECK(t.b.events.has_event(EventType::kQpFatal, t.b.qpn));
   CHECK(count_sent(t.b, "RDMA_READ_RESP") == 0);
